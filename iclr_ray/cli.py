@@ -1,0 +1,166 @@
+"""``iclr-ray list | run | report | doctor``.
+
+Every user error (unknown study, bad config key or type, unreadable file, unusable run
+directory) prints one line to stderr and exits 2 before Ray starts.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import sys
+import time
+from typing import Sequence
+
+from . import studies
+from .claims import Claim, claims_table, summary_line
+from .config import PRESETS, ConfigError, resolve, to_yaml
+from .results import RunDir, RunDirError, default_run_dir
+
+EXIT_USAGE = 2
+USER_ERRORS = (ConfigError, RunDirError, studies.StudyUnavailable)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="iclr-ray", description="ICLR 2025 reproductions on Ray")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("list", help="implemented studies: title, paper, Ray parts")
+
+    r = sub.add_parser("run", help="run a study and write its run directory")
+    r.add_argument("study")
+    r.add_argument("--preset", default="small", choices=PRESETS)
+    r.add_argument("--config", metavar="FILE", help="YAML file of config values (over the preset)")
+    r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one value, dots for nesting (repeatable; applied last)")
+    r.add_argument("--out", metavar="DIR", help="run directory (default: runs/<study>/<preset>-<time>)")
+    r.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else embedded local Ray)")
+
+    rep = sub.add_parser("report", help="re-render report.md and the claims table of a run directory")
+    rep.add_argument("run_dir")
+
+    d = sub.add_parser("doctor", help="what is installed, whether Ray is reachable, GPU or not")
+    d.add_argument("--address", help="check this Ray cluster (default: $RAY_ADDRESS)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handler = {"list": cmd_list, "run": cmd_run, "report": cmd_report, "doctor": cmd_doctor}[args.command]
+    try:
+        return handler(args)
+    except USER_ERRORS as exc:
+        print(f"iclr-ray: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    for study_id, study, reason in studies.available():
+        if study is None:
+            print(f"{study_id:18s} (unavailable: {reason})")
+        else:
+            print(f"{study_id:18s} {study.title}\n{'':18s} paper: {study.paper}\n"
+                  f"{'':18s} ray: {', '.join(study.ray)}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    study = studies.get(args.study)
+    cfg = resolve(study.config, study.presets, args.preset, args.config, args.sets)
+    inputs = study.prepare(cfg) if study.prepare else None
+    run_dir = RunDir(args.out or default_run_dir(study.id, args.preset)).create()
+    config_yaml = to_yaml(cfg)
+    run_dir.write_config(config_yaml)
+    print(f"# {study.id} ({args.preset}) -> {run_dir.path}\n# resolved config:\n{config_yaml}", flush=True)
+
+    from .runtime import RunContext, connect, hardware, seed_everything
+
+    seed_everything(cfg.seed)
+    start = time.monotonic()
+    with connect(args.address) as resources:
+        ctx = RunContext(run_dir=run_dir, preset=args.preset, resources=resources, inputs=inputs)
+        metrics = study.run(cfg, ctx)
+    seconds = time.monotonic() - start
+    claims = study.claims(metrics, cfg)
+    env = hardware()
+    env["cluster_cpus"] = resources.get("CPU")
+    env["cluster_gpus"] = resources.get("GPU", 0)
+    result = {
+        "study": study.id,
+        "preset": args.preset,
+        "config": cfg.model_dump(mode="json"),
+        "metrics": metrics,
+        "claims": [c.to_dict() for c in claims],
+        "env": env,
+        "seconds": seconds,
+    }
+    run_dir.write_result(result)
+    _render(study, run_dir, result)
+    print(f"\n{claims_table(claims)}\n\n{summary_line(claims)} in {seconds:.1f} s; "
+          f"report: {run_dir.path / 'report.md'}")
+    return 0
+
+
+def _render(study: studies.Study, run_dir: RunDir, result: dict) -> None:
+    extra = study.report_md(result["metrics"]) if study.report_md else ""
+    run_dir.write_report(result, f"{study.title} — reproduction report", extra)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    run_dir = RunDir(args.run_dir)
+    result = run_dir.read_result()
+    study = studies.get(result.get("study", "?"))
+    try:
+        cfg = study.config.model_validate(result["config"])
+    except Exception as exc:  # a result.json written by an older, incompatible config
+        raise ConfigError(f"{run_dir.path}/result.json: config no longer valid for {study.id}: {exc}") from None
+    claims: list[Claim] = study.claims(result["metrics"], cfg)
+    result["claims"] = [c.to_dict() for c in claims]
+    run_dir.write_result(result)
+    _render(study, run_dir, result)
+    print(f"{claims_table(claims)}\n\n{summary_line(claims)}; report: {run_dir.path / 'report.md'}")
+    return 0
+
+
+DOCTOR_PACKAGES = ("ray", "numpy", "scipy", "pydantic", "matplotlib", "torch", "transformers",
+                   "deepspeed", "accelerate", "gymnasium", "mani-skill", "httpx")
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .runtime import hardware
+
+    print("packages:")
+    for name in DOCTOR_PACKAGES:
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            version = "not installed"
+        print(f"  {name:14s} {version}")
+    hw = hardware()
+    gpu = f"yes ({hw.get('gpus')} x {hw.get('gpu_name')})" if hw.get("cuda") else "no (CPU only)"
+    print(f"python {hw['python']} on {hw['platform']}, {hw['cpus']} CPUs, GPU: {gpu}")
+    print("studies:")
+    for study_id, study, reason in studies.available():
+        print(f"  {study_id:18s} {'ok' if study else reason}")
+    address = args.address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        print("ray: no cluster address; `iclr-ray run` starts an embedded local Ray")
+        return 0
+    import ray
+
+    try:
+        ray.init(address=address, configure_logging=False, log_to_driver=False)
+    except Exception as exc:  # any failure to connect is the answer doctor gives
+        print(f"ray: cannot reach {address}: {str(exc).splitlines()[0]}")
+        return 1
+    try:
+        res = ray.cluster_resources()
+        print(f"ray: reached {address}: {res.get('CPU', 0):g} CPUs, {res.get('GPU', 0):g} GPUs, "
+              f"{len(ray.nodes())} nodes")
+    finally:
+        ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

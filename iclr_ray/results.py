@@ -1,0 +1,157 @@
+"""The run directory every study writes (the run contract in docs/architecture.md).
+
+    config.yaml    resolved config (rerun with --config)
+    metrics.jsonl  one JSON object per logged step or trial, appended and flushed as they come
+    result.json    study, preset, config, metrics, claims, env, seconds (written once, at the end)
+    report.md      claims table and plots, rendered from result.json
+    plots/*.png    figures
+
+Whole files are written atomically (temporary file in the same folder, then ``os.replace``), so
+a killed run never leaves a half-written config, result, report or plot behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .claims import Claim, claims_table, summary_line
+
+
+class RunDirError(ValueError):
+    """A run directory cannot be used (already holds a finished run, or holds none)."""
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def _json_default(obj: Any) -> Any:
+    # numpy scalars and arrays, paths: everything a study may hand back
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def to_json(obj: Any, indent: int | None = 2) -> str:
+    return json.dumps(obj, indent=indent, default=_json_default, allow_nan=False)
+
+
+def default_run_dir(study: str, preset: str, root: str | Path | None = None) -> Path:
+    root = Path(root or os.environ.get("ICLR_RAY_RUNS", "runs"))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = root / study / f"{preset}-{stamp}"
+    n = 1
+    while path.exists():
+        n += 1
+        path = root / study / f"{preset}-{stamp}-{n}"
+    return path
+
+
+class RunDir:
+    """Writer for one run directory."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.plots = self.path / "plots"
+
+    def create(self) -> "RunDir":
+        if (self.path / "result.json").exists():
+            raise RunDirError(f"{self.path} already holds a finished run; choose another --out")
+        if self.path.exists() and not self.path.is_dir():
+            raise RunDirError(f"{self.path} exists and is not a directory")
+        self.plots.mkdir(parents=True, exist_ok=True)
+        (self.path / "metrics.jsonl").write_text("")
+        return self
+
+    def write_config(self, config_yaml: str) -> None:
+        atomic_write_text(self.path / "config.yaml", config_yaml)
+
+    def log(self, record: dict[str, Any]) -> None:
+        line = to_json(record, indent=None)
+        with open(self.path / "metrics.jsonl", "a") as f:
+            f.write(line + "\n")
+            f.flush()
+
+    def save_plot(self, fig: Any, name: str) -> Path:
+        """Save a matplotlib figure as plots/<name>.png atomically and close it."""
+        import io
+
+        import matplotlib.pyplot as plt
+
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+        plt.close(fig)
+        path = self.plots / f"{name}.png"
+        atomic_write_bytes(path, buf.getvalue())
+        return path
+
+    def write_result(self, result: dict[str, Any]) -> None:
+        atomic_write_text(self.path / "result.json", to_json(result) + "\n")
+
+    def read_result(self) -> dict[str, Any]:
+        path = self.path / "result.json"
+        if not path.exists():
+            raise RunDirError(f"{self.path} holds no result.json (not a run directory, or the run did not finish)")
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise RunDirError(f"{path} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        path = self.path / "metrics.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def write_report(self, result: dict[str, Any], title: str, extra_md: str = "") -> str:
+        claims = [Claim.from_dict(c) for c in result["claims"]]
+        plots = sorted(p.name for p in self.plots.glob("*.png")) if self.plots.exists() else []
+        env = result.get("env", {})
+        lines = [
+            f"# {title}",
+            "",
+            f"Study `{result['study']}`, preset `{result['preset']}`, {result['seconds']:.1f} s, "
+            f"{summary_line(claims)}.",
+            "",
+            "## Claims",
+            "",
+            claims_table(claims),
+            "",
+        ]
+        if extra_md:
+            lines += [extra_md.rstrip(), ""]
+        if plots:
+            lines += ["## Plots", ""] + [f"![{p[:-4]}](plots/{p})" for p in plots] + [""]
+        lines += [
+            "## Environment",
+            "",
+            "```",
+            *(f"{k}: {v}" for k, v in env.items()),
+            "```",
+            "",
+            "Rerun: `iclr-ray run {} --config {}`".format(result["study"], self.path / "config.yaml"),
+            "",
+        ]
+        text = "\n".join(lines)
+        atomic_write_text(self.path / "report.md", text)
+        return text

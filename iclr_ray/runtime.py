@@ -1,0 +1,132 @@
+"""Where a run meets Ray: the connection, the hardware, seeding, progress and the run context.
+
+Embedded by default: with no address, :func:`connect` starts a local Ray on this machine. With
+``--address`` or ``RAY_ADDRESS`` (which ``ray job submit`` sets for the driver) it joins that
+cluster. A Ray already initialised in this process (tests, notebooks) is reused and left running.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+from .results import RunDir
+
+
+@contextlib.contextmanager
+def connect(address: str | None = None, quiet: bool = True) -> Iterator[dict[str, Any]]:
+    """Connect to Ray for the duration of a run; yields the cluster's resources."""
+    import ray
+
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    owned = not ray.is_initialized()
+    if owned:
+        # One torch/BLAS thread per worker process: on small machines threads fighting over
+        # cores made small layers ~45x slower (shared/MEASURED.md).
+        env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+        ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=not quiet,
+                 include_dashboard=None if address else False, configure_logging=False)
+    try:
+        yield ray.cluster_resources()
+    finally:
+        if owned:
+            ray.shutdown()
+
+
+def hardware() -> dict[str, Any]:
+    """What this process runs on. GPU is detected, never assumed."""
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["cuda"] = bool(torch.cuda.is_available())
+        if info["cuda"]:
+            info["gpus"] = torch.cuda.device_count()
+            info["gpu_name"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        info["torch"] = None
+        info["cuda"] = False
+    try:
+        import ray
+
+        info["ray"] = ray.__version__
+    except ImportError:
+        info["ray"] = None
+    info["numpy"] = np.__version__
+    return info
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    try:
+        import torch
+
+        torch.manual_seed(seed)
+    except ImportError:
+        pass
+
+
+class Progress:
+    """A counter that prints ``desc done/total elapsed eta`` lines to stderr as work completes.
+
+    Lines, not a redrawn bar: they read the same in a terminal, a CI log and ``ray job logs``.
+    """
+
+    def __init__(self, total: int, desc: str, stream=None, min_interval: float = 1.0):
+        self.total, self.desc, self.done = total, desc, 0
+        self.stream = stream or sys.stderr
+        self.start = self.last = time.monotonic()
+        self.min_interval = min_interval
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.done >= self.total or now - self.last >= self.min_interval:
+            self.last = now
+            elapsed = now - self.start
+            eta = elapsed / self.done * (self.total - self.done) if self.done else float("nan")
+            print(f"  {self.desc}: {self.done}/{self.total}  {elapsed:.0f}s elapsed, ~{eta:.0f}s left",
+                  file=self.stream, flush=True)
+
+
+@dataclass
+class RunContext:
+    """What a study's ``run(cfg, ctx)`` gets: the run directory, logging, plots, progress."""
+
+    run_dir: RunDir
+    preset: str
+    resources: dict[str, Any] = field(default_factory=dict)
+    inputs: Any = None
+
+    def log(self, **record: Any) -> None:
+        self.run_dir.log(record)
+
+    def save_plot(self, fig: Any, name: str) -> None:
+        self.run_dir.save_plot(fig, name)
+
+    def progress(self, total: int, desc: str) -> Progress:
+        return Progress(total, desc)
+
+    def wait_all(self, refs: list, desc: str) -> list:
+        """``ray.get`` a list of object refs in order, printing progress as they finish."""
+        import ray
+
+        bar = self.progress(len(refs), desc)
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=min(len(pending), max(1, len(refs) // 20)))
+            bar.update(len(ready))
+        return ray.get(refs)

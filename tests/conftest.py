@@ -1,0 +1,94 @@
+"""One Ray cluster per test session, started on first use and stopped at the end.
+
+The cluster is a real ``ray start --head`` on 127.0.0.1 with the dashboard on (the job API and
+the State API need it), ``--num-cpus=2``. Tests that need Ray connect this process to it with
+the ``ray_cluster`` fixture; the ``ray job submit`` test submits to the same cluster. ``--block``
+keeps the head's processes children of one process group, which teardown ends, so the session
+never leaves Ray processes behind (``ray stop`` would stop every Ray on the host).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+# Token authentication (on by default in Ray 2.60) must be on for every client of the cluster.
+os.environ.setdefault("RAY_AUTH_MODE", "token")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Cluster:
+    gcs_address: str
+    dashboard_url: str
+    env: dict
+
+
+def _start_cluster(tmp: Path) -> tuple[subprocess.Popen, Cluster]:
+    gcs_port, dash_port = free_port(), free_port()
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    env.pop("RAY_ADDRESS", None)
+    log = open(tmp / "ray_head.log", "w")
+    proc = subprocess.Popen(
+        [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
+         f"--port={gcs_port}", "--num-cpus=2", "--num-gpus=0", "--include-dashboard=true",
+         "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}", "--disable-usage-stats"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp,
+    )
+    cluster = Cluster(f"127.0.0.1:{gcs_port}", f"http://127.0.0.1:{dash_port}", env)
+    import urllib.request
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"ray start exited {proc.returncode}: {(tmp / 'ray_head.log').read_text()[-2000:]}")
+        try:
+            urllib.request.urlopen(f"{cluster.dashboard_url}/api/version", timeout=2)
+            return proc, cluster
+        except OSError:
+            time.sleep(0.5)
+    _stop(proc)
+    raise RuntimeError("Ray head did not come up within 120 s")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+    try:  # anything the head left in its process group
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory):
+    """The session's Ray cluster, with this test process connected to it as a driver."""
+    import ray
+
+    proc, cluster = _start_cluster(tmp_path_factory.mktemp("ray_head"))
+    try:
+        ray.init(address=cluster.gcs_address, log_to_driver=False, configure_logging=False)
+        yield cluster
+    finally:
+        ray.shutdown()
+        _stop(proc)
