@@ -1,0 +1,229 @@
+"""Inputs for coord_sketch: synthetic matrix pairs, attention products, and two keyed tables.
+
+Every generator returns a :class:`Pair`: the two parties' matrices with their row keys. Keys are
+int64 (row ids, or a 64-bit hash of a CSV join key), so the parties' shared hash sees the same
+key for the same row without either party seeing the other's table.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from ...config import DataError
+
+
+@dataclass
+class Pair:
+    """Party A's rows (keys_a, A) and party B's rows (keys_b, B); AᵀB sums over shared keys."""
+
+    keys_a: np.ndarray
+    A: sp.csr_matrix
+    keys_b: np.ndarray
+    B: sp.csr_matrix
+
+    def exact(self) -> np.ndarray:
+        """AᵀB over the key join (for measuring error only: no party can compute this)."""
+        _, ia, ib = np.intersect1d(self.keys_a, self.keys_b, assume_unique=True, return_indices=True)
+        return np.asarray((self.A[ia].T @ self.B[ib]).todense())
+
+    def fro(self) -> tuple[float, float]:
+        return float(sp.linalg.norm(self.A)), float(sp.linalg.norm(self.B))
+
+
+def _sparse_rows(rng: np.random.Generator, n: int, d: int, s: int, scale: np.ndarray) -> sp.csr_matrix:
+    """n rows with s non-zeros each at distinct random columns, Gaussian values, row norm ~ scale."""
+    cols = _distinct_cols(rng, n, d, s)
+    vals = rng.standard_normal((n, s)) * (scale / np.sqrt(s))[:, None]
+    indptr = np.arange(0, n * s + 1, s)
+    return sp.csr_matrix((vals.ravel(), cols.ravel(), indptr), shape=(n, d))
+
+
+def _distinct_cols(rng: np.random.Generator, n: int, d: int, s: int) -> np.ndarray:
+    """n rows of s distinct column indices in [0, d)."""
+    if 4 * s >= d:  # dense-ish rows: a random permutation per row, in chunks to bound memory
+        chunk = max(1, 2**22 // d)
+        return np.concatenate([np.argsort(rng.random((min(chunk, n - i), d)), axis=1)[:, :s]
+                               for i in range(0, n, chunk)]) if n else np.zeros((0, s), dtype=np.int64)
+    cols = rng.integers(0, d, (n, s))
+    while True:  # redraw the rows that drew a column twice (rare when s << d)
+        srt = np.sort(cols, axis=1)
+        dup = np.flatnonzero((srt[:, 1:] == srt[:, :-1]).any(axis=1))
+        if dup.size == 0:
+            return cols
+        cols[dup] = rng.integers(0, d, (dup.size, s))
+
+
+def heavy_tailed(rng: np.random.Generator, n: int, tail: float | None) -> np.ndarray:
+    """Row scales: Pareto(tail) + 1 (heavy-tailed norms), or all ones when tail is None."""
+    return np.ones(n) if tail is None else rng.pareto(tail, n) + 1.0
+
+
+def sparse_pair(n: int, d: int, m: int, nnz: int, overlap: float, tail: float | None, seed: int) -> Pair:
+    """n keys; a fraction ``overlap`` has non-zero rows in both A and B, the rest split between
+    A only and B only. Each non-zero row has ``nnz`` non-zeros and a heavy-tailed norm."""
+    rng = np.random.default_rng(seed)
+    keys = rng.permutation(n).astype(np.int64)
+    n_both = int(round(overlap * n))
+    n_only = (n - n_both) // 2
+    keys_a = np.sort(keys[: n_both + n_only])
+    keys_b = np.sort(np.concatenate([keys[:n_both], keys[n_both + n_only:]]))
+    A = _sparse_rows(rng, len(keys_a), d, min(nnz, d), heavy_tailed(rng, len(keys_a), tail))
+    B = _sparse_rows(rng, len(keys_b), m, min(nnz, m), heavy_tailed(rng, len(keys_b), tail))
+    return Pair(keys_a, A, keys_b, B)
+
+
+def attention_pair(seq_len: int, d_head: int, tail: float, product: str, seed: int) -> Pair:
+    """Attention-style products over the sequence axis, with heavy-tailed tokens.
+
+    ``product="qk"``: A = Q, B = K with ReLU-sparse activations and heavy-tailed token norms
+    (Pareto(tail) + 1), AᵀB = QᵀK (d x d).
+    ``product="pv"``: A = Pᵀ, B = V, AᵀB = PV, the attention output, with
+    P = softmax(QKᵀ/sqrt(d) + log s) for Gaussian Q, K and a heavy-tailed salience s_j per key
+    (a few "sink" keys draw much of the attention, as in trained LMs), and V rows with
+    heavy-tailed norms.
+    """
+    rng = np.random.default_rng(seed)
+    keys = np.arange(seq_len, dtype=np.int64)
+    if product == "qk":
+        def tokens() -> np.ndarray:
+            X = np.maximum(rng.standard_normal((seq_len, d_head)), 0.0)
+            return X * (heavy_tailed(rng, seq_len, tail) / np.sqrt(d_head))[:, None]
+
+        return Pair(keys, sp.csr_matrix(tokens()), keys, sp.csr_matrix(tokens()))
+    if product != "pv":
+        raise ValueError(f"unknown attention product {product!r}")
+    Q, K = rng.standard_normal((2, seq_len, d_head))
+    logits = Q @ K.T / np.sqrt(d_head) + np.log(heavy_tailed(rng, seq_len, tail))[None, :]
+    logits -= logits.max(axis=1, keepdims=True)
+    P = np.exp(logits)
+    P /= P.sum(axis=1, keepdims=True)
+    V = rng.standard_normal((seq_len, d_head)) * (heavy_tailed(rng, seq_len, tail) / np.sqrt(d_head))[:, None]
+    return Pair(keys, sp.csr_matrix(P.T), keys, sp.csr_matrix(V))
+
+
+# --- two keyed tables: distributed linear regression across a join ---------------------------
+
+
+@dataclass
+class Tables:
+    """Party A: features X keyed by join key. Party B: target y keyed by join key."""
+
+    keys_x: np.ndarray
+    X: np.ndarray
+    keys_y: np.ndarray
+    y: np.ndarray
+    feature_names: list[str]
+
+
+def synthetic_tables(n_keys: int, n_features: int, coverage_x: float, coverage_y: float,
+                     noise: float, seed: int) -> Tables:
+    """Two tables over a key universe: X covers ``coverage_x`` of the keys, y covers ``coverage_y``;
+    on the join y = [1, x]·theta + noise."""
+    rng = np.random.default_rng(seed)
+    X_all = rng.standard_normal((n_keys, n_features))
+    theta = rng.standard_normal(n_features + 1)
+    y_all = theta[0] + X_all @ theta[1:] + noise * rng.standard_normal(n_keys)
+    keys_x = np.sort(rng.choice(n_keys, int(coverage_x * n_keys), replace=False)).astype(np.int64)
+    keys_y = np.sort(rng.choice(n_keys, int(coverage_y * n_keys), replace=False)).astype(np.int64)
+    names = [f"x{j}" for j in range(n_features)]
+    return Tables(keys_x, X_all[keys_x], keys_y, y_all[keys_y], names)
+
+
+def regression_pair(t: Tables) -> Pair:
+    """One matrix product holds the normal equations of the join: with x̃ = [1, x],
+    A_i = [vec(x̃ x̃ᵀ), x̃] for X's keys and B_i = [1, y_i] for y's keys, so
+    AᵀB = [[Σ vec(x̃x̃ᵀ), ·], [·, Σ x̃ y]] summed over the join only."""
+    Xt = np.hstack([np.ones((len(t.X), 1)), t.X])
+    A = np.hstack([np.einsum("ni,nj->nij", Xt, Xt).reshape(len(Xt), -1), Xt])
+    B = np.stack([np.ones_like(t.y), t.y], axis=1)
+    return Pair(t.keys_x, sp.csr_matrix(A), t.keys_y, sp.csr_matrix(B))
+
+
+def normal_equations(W: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """(X̃ᵀX̃, X̃ᵀy) on the join from W ≈ AᵀB of :func:`regression_pair` (p = features + 1)."""
+    XtX = W[: p * p, 0].reshape(p, p)
+    Xty = W[p * p:, 1]
+    return (XtX + XtX.T) / 2, Xty
+
+
+def solve(XtX: np.ndarray, Xty: np.ndarray, ridge: float) -> np.ndarray:
+    """theta = (X̃ᵀX̃ + ridge·tr/p·I)⁻¹ X̃ᵀy; the small ridge keeps noisy sketched systems solvable."""
+    p = len(Xty)
+    lam = ridge * max(np.trace(XtX) / p, 1e-12)
+    return np.linalg.lstsq(XtX + lam * np.eye(p), Xty, rcond=None)[0]
+
+
+def join(t: Tables) -> tuple[np.ndarray, np.ndarray]:
+    """The exact join (for measuring only): X̃ and y on shared keys."""
+    _, ix, iy = np.intersect1d(t.keys_x, t.keys_y, assume_unique=True, return_indices=True)
+    return np.hstack([np.ones((ix.size, 1)), t.X[ix]]), t.y[iy]
+
+
+def key_id(value: str) -> int:
+    """A join key (any string) as a signed 64-bit id; both parties compute it the same way."""
+    return int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "little", signed=True)
+
+
+def _read_csv(path: Path, key: str, columns: list[str] | None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    try:
+        f = open(path, newline="")
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
+    with f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if not header:
+            raise DataError(f"{path} is empty (expected a header row)")
+        header = [h.strip() for h in header]
+        if key not in header:
+            raise DataError(f"{path}: no key column {key!r} (columns: {', '.join(header)})")
+        if columns is None:
+            columns = [h for h in header if h != key]
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise DataError(f"{path}: no column {missing[0]!r} (columns: {', '.join(header)})")
+        ki, ci = header.index(key), [header.index(c) for c in columns]
+        keys, rows, seen = [], [], {}
+        for lineno, rec in enumerate(reader, start=2):
+            if not rec or all(not v.strip() for v in rec):
+                continue
+            if len(rec) != len(header):
+                raise DataError(f"{path}:{lineno}: {len(rec)} fields, header has {len(header)}")
+            k = rec[ki].strip()
+            if k in seen:
+                raise DataError(f"{path}:{lineno}: key {k!r} repeats line {seen[k]} (join keys must be unique)")
+            seen[k] = lineno
+            try:
+                rows.append([float(rec[i]) for i in ci])
+            except ValueError:
+                bad = next(c for c, i in zip(columns, ci) if not _is_number(rec[i]))
+                raise DataError(f"{path}:{lineno}: column {bad!r} is not a number: {rec[header.index(bad)]!r}") from None
+            keys.append(key_id(k))
+    if not rows:
+        raise DataError(f"{path} has a header but no data rows")
+    return np.array(keys, dtype=np.int64), np.array(rows, dtype=np.float64), columns
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+def load_tables(features_csv: str | Path, target_csv: str | Path, key: str, target: str,
+                features: list[str] | None = None) -> Tables:
+    """Two CSV tables joined on ``key``: features (all columns but the key, or ``features``) and a
+    target column. Keys may be any strings; rows are sorted by key id as the sketches expect."""
+    kx, X, names = _read_csv(Path(features_csv), key, features)
+    ky, Y, _ = _read_csv(Path(target_csv), key, [target])
+    ox, oy = np.argsort(kx), np.argsort(ky)
+    if np.intersect1d(kx, ky).size == 0:
+        raise DataError(f"{features_csv} and {target_csv} share no {key!r} values: the join is empty")
+    return Tables(kx[ox], X[ox], ky[oy], Y[oy, 0], names)

@@ -1,0 +1,62 @@
+"""Figures for coord_sketch: relative error against stored numbers, per method (log-log)."""
+from __future__ import annotations
+
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+STYLE = {"priority": ("tab:blue", "o"), "threshold": ("tab:green", "s"),
+         "jl": ("tab:red", "^"), "countsketch": ("tab:orange", "v")}
+
+
+def error_vs_storage(ax, rows: list[dict], title: str, field: str = "error") -> None:
+    for method in dict.fromkeys(r["method"] for r in rows):
+        pts = sorted((r["storage"], r[f"{field}_mean"], r.get(f"{field}_std", 0.0)) for r in rows
+                     if r["method"] == method)
+        x, y, sd = map(np.array, zip(*pts))
+        color, marker = STYLE.get(method, ("k", "."))
+        ax.errorbar(x, y, yerr=sd, color=color, marker=marker, capsize=2, label=method)
+    ax.set(xscale="log", yscale="log", xlabel="stored numbers (both parties)", title=title)
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def plot_all(metrics: dict[str, Any], cfg) -> dict[str, Any]:
+    figs = {}
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    error_vs_storage(ax, metrics["sparse"], f"sparse inputs (n={cfg.sparse.n}, d={cfg.sparse.d}, s={cfg.sparse.nnz})")
+    ax.set_ylabel("‖W − AᵀB‖_F / (‖A‖_F ‖B‖_F)")
+    ax.legend()
+    figs["error_vs_storage_sparse"] = fig
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    error_vs_storage(axes[0], metrics["dense"], "dense control (equal norms)")
+    error_vs_storage(axes[1], metrics["attention_qk"], "attention QᵀK")
+    error_vs_storage(axes[2], metrics["attention_pv"], "attention softmax(QKᵀ)V")
+    axes[0].set_ylabel("relative Frobenius error")
+    axes[0].legend()
+    figs["error_vs_storage_other"] = fig
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    reg = metrics["regression"]["rows"]
+    error_vs_storage(axes[0], reg, "join regression: normal equations")
+    error_vs_storage(axes[1], reg, "join regression: coefficients", field="theta_error")
+    axes[0].set_ylabel("relative error")
+    axes[0].legend()
+    figs["regression"] = fig
+
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for method, u in metrics["unbiased"].items():
+        t, e = np.array(u["curve"]).T
+        color, marker = STYLE.get(method, ("k", "."))
+        ax.plot(t, e, color=color, marker=marker, label=method)
+        ax.plot(t, u["single_error"] / np.sqrt(t), color=color, ls=":", lw=1)
+    ax.set(xscale="log", yscale="log", xlabel="seeds averaged (T)",
+           ylabel="error of the mean estimate", title="unbiasedness: mean over seeds (dotted: 1/√T)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    figs["unbiasedness"] = fig
+    return figs

@@ -1,0 +1,205 @@
+"""Matrix-product sketching by coordinated sampling (Daliri, Freire, Li, Musco; ICLR 2025).
+
+Two parties hold A (n x d) and B (n x m) whose rows are indexed by keys (row ids or join keys).
+Each computes a small sketch of its own matrix, independently, sharing only a random seed; the
+product AᵀB is then estimated from the two sketches alone.
+
+Coordinated sampling. A shared hash h: key -> U(0, 1) decides which rows are kept. Row i of A is
+kept iff h(i) < c_A ||a_i||², for a scale c_A chosen by the party:
+  - priority sampling (fixed size k): rank R_i = h(i) / ||a_i||², keep the k smallest ranks and
+    set c_A = tau_A, the (k+1)-th smallest rank;
+  - threshold sampling (expected size k): c_A = k / ||A||_F², i.e. p_i = min(1, k ||a_i||²/||A||_F²).
+Because both parties use the same h, a row with large weight on both sides is kept by both. The
+estimator
+    W = sum_{i in S_A ∩ S_B} a_i b_iᵀ / min(1, c_A ||a_i||², c_B ||b_i||²)
+is unbiased: min(1, ...) is exactly the probability that i lands in both samples.
+
+Baselines at equal storage: JL (Gaussian S in R^{k x n}, W = (SA)ᵀ(SB)) and CountSketch (rows
+hashed into k buckets with random signs). Both parties derive S from the shared seed and the row
+keys, so they too are computed independently.
+
+Storage is counted in stored numbers: a sampled row costs min(2 nnz, d) + 1 (values with column
+indices, or the dense row, plus its key) and each sampling sketch one more number for its scale;
+a linear sketch costs k x d.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Union
+
+import numpy as np
+import scipy.sparse as sp
+
+Method = Literal["priority", "threshold", "jl", "countsketch"]
+METHODS: tuple[str, ...] = ("priority", "threshold", "jl", "countsketch")
+SAMPLING = ("priority", "threshold")
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser on a uint64 array (wrapping arithmetic)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def hash_u64(keys: np.ndarray, seed: int, salt: int = 0) -> np.ndarray:
+    """A seeded 64-bit hash of integer keys; the same (key, seed, salt) gives the same word anywhere."""
+    k = np.ascontiguousarray(keys, dtype=np.int64).view(np.uint64)
+    s = _mix64(np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64)
+               + np.array([salt + 1], dtype=np.uint64) * _GOLDEN)
+    return _mix64(_mix64(k ^ s) + _GOLDEN)
+
+
+def uniform_hash(keys: np.ndarray, seed: int, salt: int = 0) -> np.ndarray:
+    """h: key -> U(0, 1), open interval, 53 bits."""
+    return ((hash_u64(keys, seed, salt) >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
+
+
+def row_norms2(A: sp.spmatrix | np.ndarray) -> np.ndarray:
+    if sp.issparse(A):
+        return np.asarray(A.multiply(A).sum(axis=1)).ravel()
+    return np.einsum("ij,ij->i", A, A)
+
+
+def row_cost(A: sp.spmatrix | np.ndarray) -> np.ndarray:
+    """Stored numbers per row if kept: the cheaper of sparse (value + column) or dense, plus the key."""
+    d = A.shape[1]
+    nnz = np.diff(A.indptr) if sp.issparse(A) else np.count_nonzero(A, axis=1)
+    return np.minimum(2 * nnz, d) + 1
+
+
+@dataclass
+class SamplingSketch:
+    """Kept rows (with their keys, sorted) and the scale c: row i was kept iff h(i) < c ||a_i||²."""
+
+    method: str
+    keys: np.ndarray
+    rows: sp.csr_matrix
+    scale: float
+    storage: int
+
+    def inclusion(self) -> np.ndarray:
+        """Per kept row, min(1, c ||a_i||²): its probability of being kept."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.minimum(1.0, self.scale * row_norms2(self.rows))
+
+
+@dataclass
+class LinearSketch:
+    method: str
+    SA: np.ndarray
+    storage: int
+
+
+Sketch = Union[SamplingSketch, LinearSketch]
+
+
+def _as_csr(A: sp.spmatrix | np.ndarray) -> sp.csr_matrix:
+    return A.tocsr() if sp.issparse(A) else sp.csr_matrix(A)
+
+
+def _sampling_sketch(method: str, A, keys: np.ndarray, kept: np.ndarray, scale: float) -> SamplingSketch:
+    kept = kept[np.argsort(keys[kept], kind="stable")]
+    rows = _as_csr(A[kept])
+    storage = int(row_cost(rows).sum()) + 1
+    return SamplingSketch(method, np.asarray(keys[kept], dtype=np.int64), rows, float(scale), storage)
+
+
+def priority_sketch(A, keys: np.ndarray, k: int, seed: int) -> SamplingSketch:
+    """Keep the k rows with the smallest rank h(i)/||a_i||²; tau is the (k+1)-th smallest rank."""
+    w = row_norms2(A)
+    nz = np.flatnonzero(w > 0)
+    if nz.size <= k:
+        return _sampling_sketch("priority", A, keys, nz, np.inf)
+    rank = uniform_hash(keys[nz], seed) / w[nz]
+    order = np.argpartition(rank, k)[: k + 1]
+    order = order[np.argsort(rank[order])]
+    tau = rank[order[k]]
+    return _sampling_sketch("priority", A, keys, nz[order[:k]], tau)
+
+
+def threshold_sketch(A, keys: np.ndarray, k: int, seed: int) -> SamplingSketch:
+    """Keep row i iff h(i) <= p_i = min(1, k ||a_i||² / ||A||_F²): k rows in expectation (at most)."""
+    w = row_norms2(A)
+    total = w.sum()
+    if total == 0:
+        return _sampling_sketch("threshold", A, keys, np.zeros(0, dtype=np.int64), np.inf)
+    scale = k / total
+    kept = np.flatnonzero((w > 0) & (uniform_hash(keys, seed) <= scale * w))
+    return _sampling_sketch("threshold", A, keys, kept, scale)
+
+
+def gaussian_hash(keys: np.ndarray, seed: int, k: int) -> np.ndarray:
+    """len(keys) x k standard normals, each a function of (key, seed, column) only (Box-Muller)."""
+    out = np.empty((len(keys), k))
+    for j in range(k):
+        u1 = uniform_hash(keys, seed, salt=2 * j + 16)
+        u2 = uniform_hash(keys, seed, salt=2 * j + 17)
+        out[:, j] = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+    return out
+
+
+def jl_sketch(A, keys: np.ndarray, k: int, seed: int) -> LinearSketch:
+    """SA with S = G / sqrt(k), G[:, i] ~ N(0, I_k) generated from key i (only non-zero rows matter)."""
+    A = _as_csr(A)
+    nz = np.flatnonzero(np.diff(A.indptr))
+    G = gaussian_hash(keys[nz], seed, k) / np.sqrt(k)
+    SA = np.asarray((A[nz].T @ G).T)
+    return LinearSketch("jl", SA, SA.size)
+
+
+def countsketch(A, keys: np.ndarray, k: int, seed: int) -> LinearSketch:
+    """Row i goes to bucket b(i) with sign s(i); SA[b] = sum_{b(i)=b} s(i) a_i."""
+    A = _as_csr(A)
+    n = A.shape[0]
+    bucket = (hash_u64(keys, seed, salt=1) % np.uint64(k)).astype(np.int64)
+    sign = np.where(uniform_hash(keys, seed, salt=2) < 0.5, -1.0, 1.0)
+    C = sp.csr_matrix((sign, (bucket, np.arange(n))), shape=(k, n))
+    SA = np.asarray((C @ A).todense())
+    return LinearSketch("countsketch", SA, SA.size)
+
+
+def sampling_size(A, budget: int) -> int:
+    """Rows a sampling sketch of A may keep within ``budget`` stored numbers: k rows at the most
+    expensive row cost of A, plus the scale (conservative: most rows cost less)."""
+    per_row = int(row_cost(A).max()) if A.shape[0] else 1
+    return max(1, (budget - 1) // per_row)
+
+
+def sketch(method: str, A, keys: np.ndarray, k: int, seed: int) -> Sketch:
+    """One party's sketch of A with size parameter k. Needs nothing from the other party."""
+    keys = np.asarray(keys, dtype=np.int64)
+    if len(keys) != A.shape[0]:
+        raise ValueError(f"{len(keys)} keys for {A.shape[0]} rows")
+    build = {"priority": priority_sketch, "threshold": threshold_sketch, "jl": jl_sketch,
+             "countsketch": countsketch}
+    if method not in build:
+        raise ValueError(f"unknown sketch method {method!r}; known: {', '.join(METHODS)}")
+    return build[method](A, keys, k, seed)
+
+
+def estimate(sa: Sketch, sb: Sketch) -> np.ndarray:
+    """W ≈ AᵀB from the two sketches alone (dense d x m)."""
+    if sa.method != sb.method:
+        raise ValueError(f"sketches of different kinds: {sa.method} and {sb.method}")
+    if isinstance(sa, LinearSketch):
+        return sa.SA.T @ sb.SA
+    _, ia, ib = np.intersect1d(sa.keys, sb.keys, assume_unique=True, return_indices=True)
+    d, m = sa.rows.shape[1], sb.rows.shape[1]
+    if ia.size == 0:
+        return np.zeros((d, m))
+    p = np.minimum(sa.inclusion()[ia], sb.inclusion()[ib])
+    Ai = sp.diags(1.0 / p) @ sa.rows[ia]
+    return np.asarray((Ai.T @ sb.rows[ib]).todense())
+
+
+def relative_error(W: np.ndarray, exact: np.ndarray, fro_a: float, fro_b: float) -> float:
+    """||W - AᵀB||_F / (||A||_F ||B||_F), the paper's error measure."""
+    return float(np.linalg.norm(W - exact) / (fro_a * fro_b))
+
+
+def guarantee_eps(k: int, delta: float) -> float:
+    """The paper's bound inverted: with k = 2/(delta eps²) + 1 samples, error <= eps w.p. 1 - delta."""
+    return float(np.sqrt(2.0 / (delta * max(k - 1, 1))))
