@@ -68,16 +68,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     study = studies.get(args.study)
     cfg = resolve(study.config, study.presets, args.preset, args.config, args.sets)
     inputs = study.prepare(cfg) if study.prepare else None
+    from .runtime import RunContext, connect, hardware, resolve_address, seed_everything
+
+    address = None if _ray_initialized() else resolve_address(args.address)
     run_dir = RunDir(args.out or default_run_dir(study.id, args.preset)).create()
     config_yaml = to_yaml(cfg)
     run_dir.write_config(config_yaml)
     print(f"# {study.id} ({args.preset}) -> {run_dir.path}\n# resolved config:\n{config_yaml}", flush=True)
 
-    from .runtime import RunContext, connect, hardware, seed_everything
-
     seed_everything(cfg.seed)
     start = time.monotonic()
-    with connect(args.address) as resources:
+    with connect(address) as resources:
         ctx = RunContext(run_dir=run_dir, preset=args.preset, resources=resources, inputs=inputs)
         metrics = study.run(cfg, ctx)
     seconds = time.monotonic() - start
@@ -99,6 +100,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"\n{claims_table(claims)}\n\n{summary_line(claims)} in {seconds:.1f} s; "
           f"report: {run_dir.path / 'report.md'}")
     return 0
+
+
+def _ray_initialized() -> bool:
+    import ray
+
+    return ray.is_initialized()
 
 
 def _render(study: studies.Study, run_dir: RunDir, result: dict) -> None:
@@ -148,10 +155,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         return 0
     import ray
 
+    from .runtime import check_reachable
+
     try:
+        check_reachable(address)
         ray.init(address=address, configure_logging=False, log_to_driver=False)
     except Exception as exc:  # any failure to connect is the answer doctor gives
-        print(f"ray: cannot reach {address}: {str(exc).splitlines()[0]}")
+        print(f"ray: {str(exc).splitlines()[0]}")
         return 1
     try:
         res = ray.cluster_resources()

@@ -10,6 +10,7 @@ import contextlib
 import os
 import platform
 import random
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -17,7 +18,31 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .config import ConfigError
 from .results import RunDir
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast (one line) when a Ray address does not answer, instead of Ray's long retries."""
+    if address == "auto" or address.startswith("ray://"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            return
+    except ValueError:
+        raise ConfigError(f"bad Ray address {address!r}: expected host:port") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot reach Ray at {address}: {exc.strerror or exc}") from None
+
+
+def resolve_address(address: str | None = None) -> str | None:
+    """``--address``, else ``RAY_ADDRESS``, else None (embedded local Ray); checked to answer."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        check_reachable(address)
+    return address
 
 
 @contextlib.contextmanager
@@ -25,14 +50,16 @@ def connect(address: str | None = None, quiet: bool = True) -> Iterator[dict[str
     """Connect to Ray for the duration of a run; yields the cluster's resources."""
     import ray
 
-    address = address or os.environ.get("RAY_ADDRESS") or None
     owned = not ray.is_initialized()
     if owned:
-        # One torch/BLAS thread per worker process: on small machines threads fighting over
-        # cores made small layers ~45x slower (shared/MEASURED.md).
+        address = resolve_address(address)
+        # Embedded Ray: one torch/BLAS thread per worker process; on small machines threads
+        # fighting over cores made small layers ~45x slower (shared/MEASURED.md). On a cluster
+        # (and inside `ray job submit`, whose runtime env may not be merged with another) the
+        # cluster's or the job's runtime env decides (clusters/runtime_env.yaml).
         env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-        ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=not quiet,
-                 include_dashboard=None if address else False, configure_logging=False)
+        ray.init(address=address, runtime_env=None if address else {"env_vars": env},
+                 log_to_driver=not quiet, configure_logging=False)
     try:
         yield ray.cluster_resources()
     finally:
