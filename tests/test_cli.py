@@ -49,7 +49,7 @@ def test_bad_csv_exits_2_with_the_line_number(tmp_path):
                   "--set", f"regression.features_csv={tmp_path / 'x.csv'}",
                   "--set", f"regression.target_csv={tmp_path / 'y.csv'}", env={"RAY_ADDRESS": "127.0.0.1:1"})
     assert res.returncode == 2
-    assert res.stderr.strip() == f"iclr-ray: error: {tmp_path / 'x.csv'}:3: column 'b' is not a number: 'oops'"
+    assert res.stderr.strip() == f"iclr-ray: error: {tmp_path / 'x.csv'}:3: column 'b' is not a finite number: 'oops'"
 
 
 def test_list_shows_implemented_studies():

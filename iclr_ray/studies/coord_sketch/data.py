@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -199,10 +200,13 @@ def _read_csv(path: Path, key: str, columns: list[str] | None) -> tuple[np.ndarr
                 raise DataError(f"{path}:{lineno}: key {k!r} repeats line {seen[k]} (join keys must be unique)")
             seen[k] = lineno
             try:
-                rows.append([float(rec[i]) for i in ci])
+                row = [float(rec[i]) for i in ci]
+                if not all(map(math.isfinite, row)):
+                    raise ValueError
+                rows.append(row)
             except ValueError:
                 bad = next(c for c, i in zip(columns, ci) if not _is_number(rec[i]))
-                raise DataError(f"{path}:{lineno}: column {bad!r} is not a number: {rec[header.index(bad)]!r}") from None
+                raise DataError(f"{path}:{lineno}: column {bad!r} is not a finite number: {rec[header.index(bad)]!r}") from None
             keys.append(key_id(k))
     if not rows:
         raise DataError(f"{path} has a header but no data rows")
@@ -211,8 +215,7 @@ def _read_csv(path: Path, key: str, columns: list[str] | None) -> tuple[np.ndarr
 
 def _is_number(s: str) -> bool:
     try:
-        float(s)
-        return True
+        return math.isfinite(float(s))
     except ValueError:
         return False
 
