@@ -46,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "run" and not (args.address or os.environ.get("RAY_ADDRESS")):
+        # Embedded Ray binds to 127.0.0.1 only, not to every interface of the laptop (read by
+        # Ray when it is first imported, so before any study module loads).
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     handler = {"list": cmd_list, "run": cmd_run, "report": cmd_report, "doctor": cmd_doctor}[args.command]
     try:
         return handler(args)

@@ -58,7 +58,9 @@ def connect(address: str | None = None, quiet: bool = True) -> Iterator[dict[str
         # (and inside `ray job submit`, whose runtime env may not be merged with another) the
         # cluster's or the job's runtime env decides (clusters/runtime_env.yaml).
         env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-        ray.init(address=address, runtime_env=None if address else {"env_vars": env},
+        # address="local" always starts a new embedded Ray: plain ray.init() would attach to
+        # whatever cluster /tmp/ray/ray_current_cluster names, even a dead one.
+        ray.init(address=address or "local", runtime_env=None if address else {"env_vars": env},
                  log_to_driver=not quiet, configure_logging=False)
     try:
         yield ray.cluster_resources()

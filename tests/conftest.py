@@ -9,10 +9,12 @@ never leaves Ray processes behind (``ray stop`` would stop every Ray on the host
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,9 @@ BIN = Path(sys.executable).parent
 # Token authentication (on by default in Ray 2.60) must be on for every client of the cluster.
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Ray replaces 127.0.0.1 with the host's own address unless told this; the tests' Ray (and all
+# traffic to it) stays on loopback. Read when ray is first imported, so set before that.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 def free_port() -> int:
@@ -40,7 +45,7 @@ class Cluster:
     env: dict
 
 
-def _start_cluster(tmp: Path) -> tuple[subprocess.Popen, Cluster]:
+def _start_cluster(tmp: Path, temp_dir: str) -> tuple[subprocess.Popen, Cluster]:
     gcs_port, dash_port = free_port(), free_port()
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("RAY_ADDRESS", None)
@@ -48,7 +53,10 @@ def _start_cluster(tmp: Path) -> tuple[subprocess.Popen, Cluster]:
     proc = subprocess.Popen(
         [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
          f"--port={gcs_port}", "--num-cpus=2", "--num-gpus=0", "--include-dashboard=true",
-         "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}", "--disable-usage-stats"],
+         "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}", "--disable-usage-stats",
+         # its own temp dir: the default one's address file would send later plain ray.init()
+         # calls on this host to this (by then dead) cluster
+         f"--temp-dir={temp_dir}"],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp,
     )
     cluster = Cluster(f"127.0.0.1:{gcs_port}", f"http://127.0.0.1:{dash_port}", env)
@@ -88,10 +96,12 @@ def ray_cluster(tmp_path_factory):
     """The session's Ray cluster, with this test process connected to it as a driver."""
     import ray
 
-    proc, cluster = _start_cluster(tmp_path_factory.mktemp("ray_head"))
+    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths live under it
+    proc, cluster = _start_cluster(tmp_path_factory.mktemp("ray_head"), temp_dir)
     try:
         ray.init(address=cluster.gcs_address, log_to_driver=False, configure_logging=False)
         yield cluster
     finally:
         ray.shutdown()
         _stop(proc)
+        shutil.rmtree(temp_dir, ignore_errors=True)
