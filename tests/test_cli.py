@@ -103,7 +103,7 @@ def test_smoke_run_writes_the_whole_run_directory(smoke_run):
     metrics = [json.loads(line) for line in (smoke_run / "metrics.jsonl").read_text().splitlines()]
     cfg = result["config"]
     per_sweep = len(cfg["methods"]) * len(cfg["sketch_rows"]) * cfg["seeds"]
-    assert len(metrics) == 5 * per_sweep + len(cfg["methods"]) * cfg["unbiased"]["seeds"]
+    assert len(metrics) == 6 * per_sweep + len(cfg["methods"]) * cfg["unbiased"]["seeds"]
     plots = sorted(p.name for p in (smoke_run / "plots").iterdir())
     assert plots == ["error_vs_storage_other.png", "error_vs_storage_sparse.png", "regression.png",
                      "unbiasedness.png"]

@@ -56,6 +56,8 @@ class AttentionCase(Section):
     tail: float = Field(3.0, gt=0.0)
     """Pareto index of token norms and key salience (3: the top 50 of 2048 keys hold about half
     of the attention mass; 1.5 makes one sink key hold almost all of it)"""
+    top_k: Optional[int] = Field(32, ge=1)
+    """sparse attention: each query keeps its top_k weights (null: dense softmax only)"""
 
 
 class RegressionCase(Section):
@@ -110,7 +112,7 @@ PRESETS = {
         "sparse": {"n": 4000, "d": 200, "m": 200, "nnz": 5},
         "dense": {"n": 1000, "d": 40, "m": 40},
         "unbiased": {"n": 1000, "d": 10, "m": 10, "seeds": 40},
-        "attention": {"seq_len": 256, "d_head": 32},
+        "attention": {"seq_len": 256, "d_head": 32, "top_k": 8},
         "regression": {"n_keys": 5000, "features": 4},
     },
     "small": {},
@@ -122,7 +124,7 @@ PRESETS = {
         "sparse": {"n": 1_000_000, "d": 2000, "m": 2000, "nnz": 10},
         "dense": {"n": 20_000, "d": 200, "m": 200},
         "unbiased": {"seeds": 1000},
-        "attention": {"seq_len": 8192, "d_head": 128},
+        "attention": {"seq_len": 8192, "d_head": 128, "top_k": 64},
         "regression": {"n_keys": 1_000_000, "features": 16},
     },
 }

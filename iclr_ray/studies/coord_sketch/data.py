@@ -78,7 +78,8 @@ def sparse_pair(n: int, d: int, m: int, nnz: int, overlap: float, tail: float | 
     return Pair(keys_a, A, keys_b, B)
 
 
-def attention_pair(seq_len: int, d_head: int, tail: float, product: str, seed: int) -> Pair:
+def attention_pair(seq_len: int, d_head: int, tail: float, product: str, seed: int,
+                   top_k: int | None = None) -> Pair:
     """Attention-style products over the sequence axis, with heavy-tailed tokens.
 
     ``product="qk"``: A = Q, B = K with ReLU-sparse activations and heavy-tailed token norms
@@ -86,7 +87,8 @@ def attention_pair(seq_len: int, d_head: int, tail: float, product: str, seed: i
     ``product="pv"``: A = Pᵀ, B = V, AᵀB = PV, the attention output, with
     P = softmax(QKᵀ/sqrt(d) + log s) for Gaussian Q, K and a heavy-tailed salience s_j per key
     (a few "sink" keys draw much of the attention, as in trained LMs), and V rows with
-    heavy-tailed norms.
+    heavy-tailed norms. With ``top_k``, each query keeps its top_k attention weights (renormalised),
+    as sparse attention does, and Pᵀ is sparse.
     """
     rng = np.random.default_rng(seed)
     keys = np.arange(seq_len, dtype=np.int64)
@@ -102,6 +104,9 @@ def attention_pair(seq_len: int, d_head: int, tail: float, product: str, seed: i
     logits = Q @ K.T / np.sqrt(d_head) + np.log(heavy_tailed(rng, seq_len, tail))[None, :]
     logits -= logits.max(axis=1, keepdims=True)
     P = np.exp(logits)
+    if top_k is not None and top_k < seq_len:
+        drop = np.argpartition(P, seq_len - top_k, axis=1)[:, : seq_len - top_k]
+        np.put_along_axis(P, drop, 0.0, axis=1)
     P /= P.sum(axis=1, keepdims=True)
     V = rng.standard_normal((seq_len, d_head)) * (heavy_tailed(rng, seq_len, tail) / np.sqrt(d_head))[:, None]
     return Pair(keys, sp.csr_matrix(P.T), keys, sp.csr_matrix(V))

@@ -15,11 +15,13 @@ STYLE = {"priority": ("tab:blue", "o"), "threshold": ("tab:green", "s"),
 
 def error_vs_storage(ax, rows: list[dict], title: str, field: str = "error") -> None:
     for method in dict.fromkeys(r["method"] for r in rows):
-        pts = sorted((r["storage"], r[f"{field}_mean"], r.get(f"{field}_std", 0.0)) for r in rows
-                     if r["method"] == method)
-        x, y, sd = map(np.array, zip(*pts))
+        # error bars: standard error of the mean over seeds (per-seed errors are kept for `error`)
+        pts = sorted((r["storage"], r[f"{field}_mean"],
+                      np.std(r["errors"]) / np.sqrt(len(r["errors"])) if field == "error" else 0.0)
+                     for r in rows if r["method"] == method)
+        x, y, se = map(np.array, zip(*pts))
         color, marker = STYLE.get(method, ("k", "."))
-        ax.errorbar(x, y, yerr=sd, color=color, marker=marker, capsize=2, label=method)
+        ax.errorbar(x, y, yerr=se, color=color, marker=marker, capsize=2, label=method)
     ax.set(xscale="log", yscale="log", xlabel="stored numbers (both parties)", title=title)
     ax.grid(True, which="both", alpha=0.3)
 
@@ -32,10 +34,11 @@ def plot_all(metrics: dict[str, Any], cfg) -> dict[str, Any]:
     ax.legend()
     figs["error_vs_storage_sparse"] = fig
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
     error_vs_storage(axes[0], metrics["dense"], "dense control (equal norms)")
     error_vs_storage(axes[1], metrics["attention_qk"], "attention QᵀK")
     error_vs_storage(axes[2], metrics["attention_pv"], "attention softmax(QKᵀ)V")
+    error_vs_storage(axes[3], metrics["attention_pv_topk"], f"attention top-{cfg.attention.top_k} softmax(QKᵀ)V")
     axes[0].set_ylabel("relative Frobenius error")
     axes[0].legend()
     figs["error_vs_storage_other"] = fig
