@@ -82,3 +82,11 @@ def test_load_tables_missing_file_target_and_empty_join(tmp_path):
         data.load_tables(x, write(tmp_path / "y.csv", "id,z\nu1,1\n"), key="id", target="y")
     with pytest.raises(DataError, match="share no 'id' values"):
         data.load_tables(x, write(tmp_path / "y2.csv", "id,y\nu9,1\n"), key="id", target="y")
+
+
+def test_a_join_too_small_to_fit_is_refused(tmp_path):
+    x = write(tmp_path / "x.csv", "id,a,b\nu1,1,2\nu2,3,4\n")
+    y = write(tmp_path / "y.csv", "id,y\nu1,1\nu2,2\n")
+    with pytest.raises(DataError, match="join on 2 keys, fewer than the 3 coefficients"):
+        data.load_tables(x, y, key="id", target="y").check_join()
+    data.load_tables(x, y, key="id", target="y", features=["a"]).check_join()

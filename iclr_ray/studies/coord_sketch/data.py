@@ -124,6 +124,13 @@ class Tables:
     keys_y: np.ndarray
     y: np.ndarray
     feature_names: list[str]
+    source: str = "synthetic"
+
+    def check_join(self) -> None:
+        """Enough joined rows to fit the coefficients (intercept included), else a DataError."""
+        n, p = np.intersect1d(self.keys_x, self.keys_y).size, self.X.shape[1] + 1
+        if n < p:
+            raise DataError(f"the {self.source} tables join on {n} keys, fewer than the {p} coefficients to fit")
 
 
 def synthetic_tables(n_keys: int, n_features: int, coverage_x: float, coverage_y: float,
@@ -234,4 +241,4 @@ def load_tables(features_csv: str | Path, target_csv: str | Path, key: str, targ
     ox, oy = np.argsort(kx), np.argsort(ky)
     if np.intersect1d(kx, ky).size == 0:
         raise DataError(f"{features_csv} and {target_csv} share no {key!r} values: the join is empty")
-    return Tables(kx[ox], X[ox], ky[oy], Y[oy, 0], names)
+    return Tables(kx[ox], X[ox], ky[oy], Y[oy, 0], names, source="csv")

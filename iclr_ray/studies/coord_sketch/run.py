@@ -112,8 +112,6 @@ def regression(ctx: RunContext, cfg: Config, tables: data.Tables) -> dict[str, A
     pair = data.regression_pair(tables)
     p = tables.X.shape[1] + 1
     Xj, yj = data.join(tables)
-    if len(yj) < p:
-        raise ValueError(f"the join has {len(yj)} rows, fewer than the {p} coefficients to fit")
     theta = data.solve(Xj.T @ Xj, Xj.T @ yj, 0.0)
     ss_tot = float(np.sum((yj - yj.mean()) ** 2))
 
@@ -125,7 +123,7 @@ def regression(ctx: RunContext, cfg: Config, tables: data.Tables) -> dict[str, A
         th = data.solve(*data.normal_equations(rec.pop("W"), p), cfg.regression.ridge)
         rec["theta_error"] = float(np.linalg.norm(th - theta) / np.linalg.norm(theta))
         rec["r2"] = r2(th)
-    return {"join_rows": int(len(yj)), "keys_x": int(len(tables.keys_x)), "keys_y": int(len(tables.keys_y)),
+    return {"source": tables.source, "join_rows": int(len(yj)), "keys_x": int(len(tables.keys_x)), "keys_y": int(len(tables.keys_y)),
             "r2_exact": r2(theta), "rows": summarise(records, extra=("theta_error", "r2"))}
 
 
@@ -150,9 +148,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         metrics[f"attention_{name}"] = summarise(
             sweep(ctx, f"attention_{name}", pair, cfg.methods, cfg.sketch_rows, cfg.seeds, cfg.seed + 3))
 
-    tables = ctx.inputs if ctx.inputs is not None else _synthetic_tables(cfg)
-    metrics["regression"] = regression(ctx, cfg, tables)
-    metrics["regression"]["source"] = "csv" if ctx.inputs is not None else "synthetic"
+    metrics["regression"] = regression(ctx, cfg, ctx.inputs if ctx.inputs is not None else prepare(cfg))
 
     from .plots import plot_all
 
@@ -161,17 +157,16 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     return metrics
 
 
-def _synthetic_tables(cfg: Config) -> data.Tables:
-    r = cfg.regression
-    return data.synthetic_tables(r.n_keys, r.features, r.coverage_x, r.coverage_y, r.noise, cfg.seed + 4)
-
-
-def prepare(cfg: Config) -> data.Tables | None:
-    """Read the real tables (when given) before Ray starts, so a bad file exits 2 at once."""
+def prepare(cfg: Config) -> data.Tables:
+    """The regression tables, read (CSV) or generated, and checked before Ray starts, so a bad
+    file or an empty join exits 2 at once."""
     r = cfg.regression
     if r.features_csv is None:
-        return None
-    return data.load_tables(r.features_csv, r.target_csv, r.key, r.target, r.feature_columns)
+        tables = data.synthetic_tables(r.n_keys, r.features, r.coverage_x, r.coverage_y, r.noise, cfg.seed + 4)
+    else:
+        tables = data.load_tables(r.features_csv, r.target_csv, r.key, r.target, r.feature_columns)
+    tables.check_join()
+    return tables
 
 
 # --- claims: a pure function of the metrics ---------------------------------------------------
