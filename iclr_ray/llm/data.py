@@ -1,0 +1,169 @@
+"""Chat data for supervised fine-tuning: JSONL reading with precise errors, chat-template encoding
+with the loss on assistant tokens only, deterministic shuffling, and packing to a token budget.
+
+Packed rows carry ``position_ids`` that restart at 0 for every sample. With no attention mask and
+no KV cache (``use_cache=False``, as in training), transformers builds a block-diagonal causal
+mask from them, so packed samples never attend to each other (tests/llm check this against
+running each sample alone).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from ..config import DataError
+
+IGNORE = -100  # label of tokens that carry no loss (prompt, padding), as torch's cross-entropy expects
+ROLES = ("system", "user", "assistant")
+
+
+def read_chat_jsonl(path: str | Path) -> list[list[dict[str, str]]]:
+    """Conversations from a JSONL file of ``{"messages": [{"role", "content"}, ...]}`` lines."""
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path} is not UTF-8 text (byte {exc.start})") from None
+    out = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+        out.append(check_messages(record, f"{path}:{lineno}"))
+    if not out:
+        raise DataError(f"{path} holds no conversations")
+    return out
+
+
+def check_messages(record: Any, where: str) -> list[dict[str, str]]:
+    """One conversation, validated: a non-empty list of {role, content} with at least one assistant turn."""
+    messages = record.get("messages") if isinstance(record, dict) else None
+    if not isinstance(messages, list) or not messages:
+        raise DataError(f"{where}: expected an object with a non-empty \"messages\" list")
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict) or set(msg) - {"role", "content"} or "role" not in msg or "content" not in msg:
+            raise DataError(f"{where}: message {i} must be {{\"role\": ..., \"content\": ...}}")
+        if msg["role"] not in ROLES:
+            raise DataError(f"{where}: message {i} has role {msg['role']!r}; expected one of {', '.join(ROLES)}")
+        if not isinstance(msg["content"], str):
+            raise DataError(f"{where}: message {i} content must be a string")
+    if not any(m["role"] == "assistant" for m in messages):
+        raise DataError(f"{where}: no assistant message, so nothing to learn from")
+    return [dict(m) for m in messages]
+
+
+@dataclass
+class Encoded:
+    input_ids: list[int]
+    labels: list[int]
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def encode_chat(tokenizer, messages: Sequence[dict[str, str]]) -> Encoded:
+    """Token ids of the rendered chat template, labels equal to the ids on assistant turns (their
+    content and end marker, not the role header a generation prompt supplies) and IGNORE elsewhere.
+
+    Each message is rendered through the tokenizer's own chat template, one at a time, so the ids
+    are exactly ``apply_chat_template(messages)``'s and the assistant spans are known exactly.
+    """
+    ids: list[int] = []
+    labels: list[int] = []
+    prev = ""
+    for i, msg in enumerate(messages):
+        rendered = tokenizer.apply_chat_template(list(messages[: i + 1]), tokenize=False)
+        if not rendered.startswith(prev):
+            raise DataError("the tokenizer's chat template does not render conversations incrementally")
+        head = prev
+        if msg["role"] == "assistant":  # the header up to where a generation prompt would stop
+            prompt = tokenizer.apply_chat_template(list(messages[:i]), tokenize=False, add_generation_prompt=True)
+            if rendered.startswith(prompt) and prompt.startswith(prev):
+                head = prompt
+        head_ids = tokenizer(head[len(prev):], add_special_tokens=False).input_ids
+        body_ids = tokenizer(rendered[len(head):], add_special_tokens=False).input_ids
+        ids += head_ids + body_ids
+        labels += [IGNORE] * len(head_ids) + (body_ids if msg["role"] == "assistant" else [IGNORE] * len(body_ids))
+        prev = rendered
+    return Encoded(ids, labels)
+
+
+def encode_all(tokenizer, conversations: Iterable[list[dict[str, str]]], max_tokens: int,
+               source: str = "data") -> list[Encoded]:
+    """Encode every conversation; one longer than ``max_tokens`` is an error naming it."""
+    out = []
+    for i, conv in enumerate(conversations, start=1):
+        enc = encode_chat(tokenizer, conv)
+        if len(enc) > max_tokens:
+            raise DataError(f"{source}: conversation {i} has {len(enc)} tokens, over the budget of {max_tokens}")
+        out.append(enc)
+    return out
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
+    """The sample order of one epoch: a permutation that depends on (seed, epoch) only, so a
+    resumed run sees the same data in the same order."""
+    return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+@dataclass
+class PackedRow:
+    input_ids: list[int]
+    labels: list[int]
+    position_ids: list[int]
+    n_real: int  # tokens that are not padding
+
+
+def pack(samples: Sequence[Encoded], max_tokens: int, pad_id: int) -> list[PackedRow]:
+    """Greedy packing in the given order: samples are appended to a row while they fit, the row
+    is padded to ``max_tokens``. Position ids restart at 0 for each sample and for the padding,
+    so no token attends across a sample boundary."""
+    rows: list[PackedRow] = []
+    ids: list[int] = []
+    labels: list[int] = []
+    pos: list[int] = []
+
+    def close() -> None:
+        n = len(ids)
+        pad = max_tokens - n
+        rows.append(PackedRow(ids + [pad_id] * pad, labels + [IGNORE] * pad, pos + list(range(pad)), n))
+
+    for s in samples:
+        if len(s) > max_tokens:
+            raise DataError(f"a sample of {len(s)} tokens does not fit the packing budget of {max_tokens}")
+        if len(ids) + len(s) > max_tokens:
+            close()
+            ids, labels, pos = [], [], []
+        ids += s.input_ids
+        labels += s.labels
+        pos += list(range(len(s)))
+    if ids:
+        close()
+    return rows
+
+
+def packing_efficiency(rows: Sequence[PackedRow]) -> float:
+    """Share of non-padding tokens in the packed rows."""
+    total = sum(len(r.input_ids) for r in rows)
+    return sum(r.n_real for r in rows) / total if total else 0.0
+
+
+def collate(rows: Sequence[PackedRow]) -> dict[str, Any]:
+    """Packed rows as a batch of torch tensors (no attention mask: position ids delimit samples;
+    call the model with ``use_cache=False``)."""
+    import torch
+
+    return {
+        "input_ids": torch.tensor([r.input_ids for r in rows], dtype=torch.long),
+        "labels": torch.tensor([r.labels for r in rows], dtype=torch.long),
+        "position_ids": torch.tensor([r.position_ids for r in rows], dtype=torch.long),
+    }

@@ -1,0 +1,101 @@
+"""Models and tokenizers for the LLM studies: a real checkpoint by local path or HF id, or a named
+tiny Llama-style model built from a transformers config, with a tokenizer that needs no hub.
+
+Either way the result is an ordinary Hugging Face model + tokenizer pair: ``save_pretrained``
+writes a checkpoint that ``from_pretrained`` (and so Ray Serve, vLLM, ...) loads as is.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+from ..config import ConfigError
+
+# Named tiny models (Llama architecture). Sizes are chosen for 2-core CPUs: "tiny" trains at
+# thousands of tokens/s, "small" is the CPU benchmark size.
+TINY_MODELS: dict[str, dict] = {
+    "tiny-llama": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, max_position_embeddings=1024),
+    "small-llama": dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=8,
+                        num_key_value_heads=4, max_position_embeddings=2048),
+}
+
+# Special tokens of the built tokenizer; the chat template below is written with them.
+BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
+ROLES = ("system", "user", "assistant")
+ROLE_TOKENS = {role: f"<|{role}|>" for role in ROLES}
+END = "<|end|>"
+SPECIAL_TOKENS = [PAD, BOS, EOS, END, *ROLE_TOKENS.values()]
+
+# Each message renders as <|role|>content<|end|>; a generation prompt is <|assistant|>.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+
+
+def build_tokenizer(texts: Iterable[str] | None = None, vocab_size: int = 512):
+    """A byte-level BPE tokenizer trained here on ``texts`` (bytes only when ``texts`` is None),
+    wrapped as a transformers ``PreTrainedTokenizerFast`` with the chat template above."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    if texts is None:
+        vocab_size = len(alphabet) + len(SPECIAL_TOKENS)
+        texts = []
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=alphabet, show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD,
+        additional_special_tokens=[END, *ROLE_TOKENS.values()], chat_template=CHAT_TEMPLATE,
+        model_max_length=TINY_MODELS["small-llama"]["max_position_embeddings"],
+    )
+
+
+def build_model(name: str, tokenizer, seed: int = 0, **overrides):
+    """A randomly initialised named tiny model sized to ``tokenizer``'s vocabulary."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if name not in TINY_MODELS:
+        raise ConfigError(f"unknown tiny model {name!r}; named models: {', '.join(TINY_MODELS)}")
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True, **{**TINY_MODELS[name], **overrides},
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config)
+
+
+def load_pretrained(source: str | Path, dtype=None):
+    """Model and tokenizer from a local checkpoint directory or a Hugging Face id."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(source).expanduser()
+    looks_local = path.exists() or str(source).startswith((".", "/", "~"))
+    if looks_local and not (path / "config.json").is_file():
+        raise ConfigError(f"{source} is not a model checkpoint (no config.json there)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path) if looks_local else str(source))
+        model = AutoModelForCausalLM.from_pretrained(str(path) if looks_local else str(source), dtype=dtype)
+    except OSError as exc:  # hub id not found, no network, missing weights
+        raise ConfigError(f"cannot load model {source!r}: {str(exc).splitlines()[0]}") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def model_and_tokenizer(source: str, texts: Iterable[str] | None = None, vocab_size: int = 512, seed: int = 0):
+    """A named tiny model (tokenizer trained on ``texts``) or a pretrained one by path or HF id."""
+    if source in TINY_MODELS:
+        tokenizer = build_tokenizer(texts, vocab_size)
+        return build_model(source, tokenizer, seed), tokenizer
+    return load_pretrained(source)
