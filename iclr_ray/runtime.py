@@ -57,7 +57,9 @@ def connect(address: str | None = None, quiet: bool = True) -> Iterator[dict[str
         # fighting over cores made small layers ~45x slower (shared/MEASURED.md). On a cluster
         # (and inside `ray job submit`, whose runtime env may not be merged with another) the
         # cluster's or the job's runtime env decides (clusters/runtime_env.yaml).
-        env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+        # Train V2's controller polls every 2 s by default, blocking each report (MEASURED.md).
+        env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+               "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1"}
         # address="local" always starts a new embedded Ray: plain ray.init() would attach to
         # whatever cluster /tmp/ray/ray_current_cluster names, even a dead one.
         ray.init(address=address or "local", runtime_env=None if address else {"env_vars": env},

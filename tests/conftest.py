@@ -30,6 +30,9 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # Ray replaces 127.0.0.1 with the host's own address unless told this; the tests' Ray (and all
 # traffic to it) stays on loopback. Read when ray is first imported, so set before that.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# Train V2's controller polls workers every 2 s by default, so each report blocked ~1.8 s
+# (shared/MEASURED.md); the cluster's processes inherit this.
+os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.1")
 
 
 def free_port() -> int:

@@ -1,0 +1,213 @@
+"""Supervised fine-tuning on Ray Train with DeepSpeed: the worker loop and the trainer around it.
+
+Every worker builds (or loads) the same model, wraps it in a DeepSpeed engine (ZeRO stage from
+the config; gloo on CPU, NCCL on GPU, chosen by Ray Train; bf16 only where the GPU has it), and
+walks the same deterministic step schedule: the rows of optimiser step t are the same on every
+run, so a resumed run continues with the data it would have seen. The loss of a step is
+normalised by the step's label tokens across all micro-batches and workers (loss.py).
+
+Each optimiser step reports loss, grad norm, lr, tokens/s and samples/s (and peak memory on GPU);
+every ``checkpoint_every`` steps a checkpoint holds the DeepSpeed state (all ranks) and, from rank
+0, the model and tokenizer in Hugging Face format (servable as is).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from ..config import Section
+from .data import PackedRow, collate, epoch_order
+from .loss import label_tokens, step_loss, summed_token_loss
+
+SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
+
+
+class TrainConfig(Section):
+    model: str = "tiny-llama"
+    """a named tiny model (llm.model.TINY_MODELS), a checkpoint directory or an HF id"""
+    micro_batch_size: int = Field(4, ge=1)
+    """packed rows per worker per micro-step"""
+    grad_accum: int = Field(1, ge=1)
+    max_steps: int = Field(50, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = Field(0.0, ge=0)
+    schedule: Literal["constant", "linear", "cosine"] = "cosine"
+    warmup_steps: int = Field(0, ge=0)
+    grad_clip: float = Field(1.0, ge=0)
+    """0 disables clipping"""
+    zero_stage: int = Field(2, ge=0, le=3)
+    num_workers: int = Field(2, ge=1)
+    checkpoint_every: int = Field(0, ge=0)
+    """optimiser steps between checkpoints; 0: only the final one"""
+    max_failures: int = Field(1, ge=0)
+    """worker failures Ray Train recovers from (restarting from the latest checkpoint)"""
+    seed: int = 0
+
+    def rows_per_step(self) -> int:
+        return self.micro_batch_size * self.grad_accum * self.num_workers
+
+
+def _skip_shm_op_build() -> None:
+    """DeepSpeed on CPU JIT-compiles a shared-memory comm op (~2 min of g++) at every initialize;
+    gloo does the collectives here, so skip it (shared/MEASURED.md). `import deepspeed.comm.torch
+    as m` binds another module, hence importlib."""
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+
+
+def step_rows(rows: list[PackedRow], step: int, cfg: TrainConfig, seed: int) -> list[PackedRow]:
+    """The global batch of optimiser step ``step``: consecutive rows of the epoch-shuffled order."""
+    per_step = cfg.rows_per_step()
+    start = step * per_step
+    out = []
+    for i in range(start, start + per_step):
+        epoch, j = divmod(i, len(rows))
+        out.append(rows[int(epoch_order(len(rows), seed, epoch)[j])])
+    return out
+
+
+def deepspeed_config(cfg: TrainConfig, bf16: bool) -> dict[str, Any]:
+    return {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
+        "gradient_accumulation_steps": cfg.grad_accum,
+        "gradient_clipping": cfg.grad_clip,
+        "zero_optimization": {"stage": cfg.zero_stage},
+        "bf16": {"enabled": bf16},
+        "steps_per_print": 10**9,
+        "zero_allow_untested_optimizer": True,
+    }
+
+
+def _write_files(files: dict[str, bytes]) -> str:
+    d = tempfile.mkdtemp(prefix="tok")
+    for name, data in files.items():
+        Path(d, name).write_bytes(data)
+    return d
+
+
+def read_files(directory: str | Path) -> dict[str, bytes]:
+    """A saved tokenizer as bytes, to ship to workers on any node through the task arguments."""
+    return {p.name: p.read_bytes() for p in Path(directory).iterdir() if p.is_file()}
+
+
+def train_worker(config: dict[str, Any]) -> None:
+    """The Ray Train loop of one worker (``TorchTrainer(train_loop_per_worker=train_worker)``)."""
+    import deepspeed
+    import ray
+    import ray.train
+    import torch
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
+
+    from .model import TINY_MODELS, build_model
+
+    cfg = TrainConfig.model_validate(config["train"])
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    rows: list[PackedRow] = ray.get(config["rows"])
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+
+    tokenizer = AutoTokenizer.from_pretrained(_write_files(config["tokenizer_files"]))
+    if cfg.model in TINY_MODELS:
+        model = build_model(cfg.model, tokenizer, seed=cfg.seed)  # same seed: same weights on every rank
+    else:
+        model = AutoModelForCausalLM.from_pretrained(cfg.model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    scheduler = get_scheduler(SCHEDULES[cfg.schedule], optimizer, num_warmup_steps=cfg.warmup_steps,
+                              num_training_steps=cfg.max_steps)
+    _skip_shm_op_build()
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
+                                           config=deepspeed_config(cfg, bf16), dist_init_required=False)
+
+    start = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            _, client_state = engine.load_checkpoint(str(Path(d) / "deepspeed"))
+        start = int(client_state["step"])
+    fail_at = config.get("fail_once_at_step")  # fault injection for the recovery test
+
+    for step in range(start, cfg.max_steps):
+        if fail_at is not None and step == fail_at and checkpoint is None and rank == world - 1:
+            os._exit(1)  # a real worker death: Ray Train restarts the group from the latest checkpoint
+        t0 = time.perf_counter()
+        rows_now = step_rows(rows, step, cfg, cfg.seed)
+        micro = [rows_now[i:i + cfg.micro_batch_size] for i in range(0, len(rows_now), cfg.micro_batch_size)]
+        step_tokens = sum(label_tokens(collate(m)["labels"]) for m in micro)  # all workers' micro-batches
+        mine = micro[rank::world]
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        real_tokens = 0
+        for m in mine:
+            batch = {k: v.to(device) for k, v in collate(m).items()}
+            out = engine(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False)
+            total, _ = summed_token_loss(out.logits, batch["labels"])
+            engine.backward(step_loss(total, step_tokens, world), scale_wrt_gas=False)
+            engine.step()
+            loss_sum += total.detach().double().cpu()
+            real_tokens += sum(r.n_real for r in m)
+        stats = torch.tensor([loss_sum.item(), float(real_tokens)], dtype=torch.float64)
+        dist.all_reduce(stats)
+        seconds = time.perf_counter() - t0
+        metrics = {
+            "step": step + 1,
+            "loss": stats[0].item() / max(step_tokens, 1),
+            "grad_norm": float(engine.get_global_grad_norm() or 0.0),
+            "lr": scheduler.get_last_lr()[0],
+            "tokens_per_s": stats[1].item() / seconds,
+            "samples_per_s": len(rows_now) / seconds,
+            "resumed_from": start,
+        }
+        if device.type == "cuda":
+            metrics["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 2**30
+        last = step + 1 == cfg.max_steps
+        if last or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
+            with tempfile.TemporaryDirectory() as d:
+                engine.save_checkpoint(str(Path(d) / "deepspeed"), tag=f"step{step + 1}",
+                                       client_state={"step": step + 1})
+                _save_hf(engine, tokenizer, Path(d) / "model", rank, cfg.zero_stage)
+                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
+        else:
+            ray.train.report(metrics)
+
+
+def _save_hf(engine, tokenizer, path: Path, rank: int, zero_stage: int) -> None:
+    """The model in Hugging Face format from rank 0 (ZeRO-3 gathers the shards from every rank)."""
+    state = engine._zero3_consolidated_16bit_state_dict() if zero_stage == 3 else None
+    if rank == 0:
+        engine.module.save_pretrained(path, state_dict=state)
+        tokenizer.save_pretrained(path)
+
+
+def fit(cfg: TrainConfig, rows: list[PackedRow], tokenizer, storage_path: str | Path, name: str,
+        fail_once_at_step: int | None = None):
+    """Run the loop on ``cfg.num_workers`` Ray Train workers; returns Ray Train's Result.
+
+    Rerunning with the same ``storage_path``/``name`` resumes from the latest checkpoint.
+    ``fail_once_at_step`` kills the last worker's process at that step of a fresh start (a test
+    of the recovery path)."""
+    import ray
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    with tempfile.TemporaryDirectory() as d:
+        tokenizer.save_pretrained(d)
+        files = read_files(d)
+    use_gpu = bool(ray.cluster_resources().get("GPU", 0))
+    trainer = TorchTrainer(
+        train_worker,
+        train_loop_config={"train": cfg.model_dump(mode="json"), "rows": ray.put(rows), "tokenizer_files": files,
+                           "fail_once_at_step": fail_once_at_step},
+        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu),
+        run_config=RunConfig(name=name, storage_path=str(Path(storage_path).resolve()),
+                             failure_config=FailureConfig(max_failures=cfg.max_failures),
+                             checkpoint_config=CheckpointConfig(num_to_keep=2)),
+    )
+    return trainer.fit()
