@@ -1,0 +1,1 @@
+"""Ray Tune sweeps over a study's config (`iclr-ray sweep`): search spaces from tune_spaces/*.yaml."""
