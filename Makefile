@@ -8,10 +8,10 @@ PIP    := $(PY) -m pip
 
 .PHONY: setup demo test test-fast bench clean
 
+# CPU torch first, kept by the constraint file so no later package pulls a CUDA build.
 $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	# CPU torch first, kept by the constraint file so no later package pulls a CUDA build
 	$(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet -c constraints/cpu.txt -e ".[$(EXTRAS)]"
 	touch $@
