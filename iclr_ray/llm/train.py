@@ -186,11 +186,45 @@ def _save_hf(engine, tokenizer, path: Path, rank: int, zero_stage: int) -> None:
         tokenizer.save_pretrained(path)
 
 
+STEPS_FILE = "steps.jsonl"
+
+
+def _step_logger(path: Path):
+    """A Ray Train callback (it runs in the controller) appending rank 0's metrics of every
+    report to ``path`` as JSON lines, so a study gets the whole curve, not just the last step."""
+    import json
+
+    from ray.train import UserCallback
+
+    class StepLogger(UserCallback):
+        def after_report(self, run_context, metrics, checkpoint):
+            if metrics and metrics[0]:
+                with open(path, "a") as f:
+                    f.write(json.dumps(metrics[0]) + "\n")
+
+    return StepLogger()
+
+
+def read_steps(storage_path: str | Path, name: str) -> list[dict[str, Any]]:
+    """The per-step metrics of a run, one per step; a step replayed after a restart keeps its
+    last record."""
+    import json
+
+    path = Path(storage_path).resolve() / name / STEPS_FILE
+    steps: dict[int, dict[str, Any]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            steps[int(rec["step"])] = rec
+    return [steps[k] for k in sorted(steps)]
+
+
 def fit(cfg: TrainConfig, rows: list[PackedRow], tokenizer, storage_path: str | Path, name: str,
         fail_once_at_step: int | None = None):
     """Run the loop on ``cfg.num_workers`` Ray Train workers; returns Ray Train's Result.
 
-    Rerunning with the same ``storage_path``/``name`` resumes from the latest checkpoint.
+    Rerunning with the same ``storage_path``/``name`` resumes from the latest checkpoint. Every
+    step's metrics land in ``storage_path/name/steps.jsonl`` (see :func:`read_steps`).
     ``fail_once_at_step`` kills the last worker's process at that step of a fresh start (a test
     of the recovery path)."""
     import ray
@@ -201,13 +235,16 @@ def fit(cfg: TrainConfig, rows: list[PackedRow], tokenizer, storage_path: str | 
         tokenizer.save_pretrained(d)
         files = read_files(d)
     use_gpu = bool(ray.cluster_resources().get("GPU", 0))
+    run_path = Path(storage_path).resolve() / name
+    run_path.mkdir(parents=True, exist_ok=True)
     trainer = TorchTrainer(
         train_worker,
         train_loop_config={"train": cfg.model_dump(mode="json"), "rows": ray.put(rows), "tokenizer_files": files,
                            "fail_once_at_step": fail_once_at_step},
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu),
-        run_config=RunConfig(name=name, storage_path=str(Path(storage_path).resolve()),
+        run_config=RunConfig(name=name, storage_path=str(run_path.parent),
                              failure_config=FailureConfig(max_failures=cfg.max_failures),
-                             checkpoint_config=CheckpointConfig(num_to_keep=2)),
+                             checkpoint_config=CheckpointConfig(num_to_keep=2),
+                             callbacks=[_step_logger(run_path / STEPS_FILE)]),
     )
     return trainer.fit()
