@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -21,8 +21,9 @@ IGNORE = -100  # label of tokens that carry no loss (prompt, padding), as torch'
 ROLES = ("system", "user", "assistant")
 
 
-def read_chat_jsonl(path: str | Path) -> list[list[dict[str, str]]]:
-    """Conversations from a JSONL file of ``{"messages": [{"role", "content"}, ...]}`` lines."""
+def iter_jsonl(path: str | Path) -> Iterator[tuple[str, Any]]:
+    """(``"file:line"``, parsed record) for every non-blank line; unreadable files and bad JSON
+    are DataErrors naming the place."""
     path = Path(path)
     try:
         lines = path.read_text().splitlines()
@@ -30,15 +31,18 @@ def read_chat_jsonl(path: str | Path) -> list[list[dict[str, str]]]:
         raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise DataError(f"{path} is not UTF-8 text (byte {exc.start})") from None
-    out = []
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            yield f"{path}:{lineno}", json.loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg}, column {exc.colno})") from None
-        out.append(check_messages(record, f"{path}:{lineno}"))
+
+
+def read_chat_jsonl(path: str | Path) -> list[list[dict[str, str]]]:
+    """Conversations from a JSONL file of ``{"messages": [{"role", "content"}, ...]}`` lines."""
+    out = [check_messages(record, where) for where, record in iter_jsonl(path)]
     if not out:
         raise DataError(f"{path} holds no conversations")
     return out

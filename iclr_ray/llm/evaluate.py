@@ -2,7 +2,6 @@
 (MMLU-style JSONL) and exact-match generation on held-out prompts. Plain torch + transformers."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -10,7 +9,7 @@ from typing import Sequence
 import torch
 
 from ..config import DataError
-from .data import PackedRow, collate
+from .data import PackedRow, collate, iter_jsonl
 from .loss import summed_token_loss
 
 
@@ -36,20 +35,8 @@ class MCItem:
 
 def read_mc_jsonl(path: str | Path) -> list[MCItem]:
     """``{"question": str, "choices": [str, ...], "answer": index or letter}`` per line."""
-    path = Path(path)
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
     items = []
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{where}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+    for where, rec in iter_jsonl(path):
         if not isinstance(rec, dict) or not isinstance(rec.get("question"), str):
             raise DataError(f"{where}: expected an object with a \"question\" string")
         choices = rec.get("choices")
