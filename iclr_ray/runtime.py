@@ -47,12 +47,13 @@ def resolve_address(address: str | None = None) -> str | None:
 
 @contextlib.contextmanager
 def connect(address: str | None = None, quiet: bool = True) -> Iterator[dict[str, Any]]:
-    """Connect to Ray for the duration of a run; yields the cluster's resources."""
+    """Connect to Ray for the duration of a run; yields the cluster's resources.
+
+    ``address`` is the one :func:`resolve_address` returned (None: embedded local Ray)."""
     import ray
 
     owned = not ray.is_initialized()
     if owned:
-        address = resolve_address(address)
         # Embedded Ray: one torch/BLAS thread per worker process; on small machines threads
         # fighting over cores made small layers ~45x slower (shared/MEASURED.md). On a cluster
         # (and inside `ray job submit`, whose runtime env may not be merged with another) the

@@ -92,10 +92,3 @@ def load_pretrained(source: str | Path, dtype=None):
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
 
-
-def model_and_tokenizer(source: str, texts: Iterable[str] | None = None, vocab_size: int = 512, seed: int = 0):
-    """A named tiny model (tokenizer trained on ``texts``) or a pretrained one by path or HF id."""
-    if source in TINY_MODELS:
-        tokenizer = build_tokenizer(texts, vocab_size)
-        return build_model(source, tokenizer, seed), tokenizer
-    return load_pretrained(source)

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import Field
 
 from ..config import Section
@@ -65,10 +66,13 @@ def step_rows(rows: list[PackedRow], step: int, cfg: TrainConfig, seed: int) -> 
     """The global batch of optimiser step ``step``: consecutive rows of the epoch-shuffled order."""
     per_step = cfg.rows_per_step()
     start = step * per_step
+    orders: dict[int, np.ndarray] = {}  # one permutation per epoch the step touches, not per row
     out = []
     for i in range(start, start + per_step):
         epoch, j = divmod(i, len(rows))
-        out.append(rows[int(epoch_order(len(rows), seed, epoch)[j])])
+        if epoch not in orders:
+            orders[epoch] = epoch_order(len(rows), seed, epoch)
+        out.append(rows[int(orders[epoch][j])])
     return out
 
 
@@ -141,12 +145,13 @@ def train_worker(config: dict[str, Any]) -> None:
         t0 = time.perf_counter()
         rows_now = step_rows(rows, step, cfg, cfg.seed)
         micro = [rows_now[i:i + cfg.micro_batch_size] for i in range(0, len(rows_now), cfg.micro_batch_size)]
-        step_tokens = sum(label_tokens(collate(m)["labels"]) for m in micro)  # all workers' micro-batches
-        mine = micro[rank::world]
+        batches = [collate(m) for m in micro]  # every worker's micro-batches: each needs the token count
+        step_tokens = sum(label_tokens(b["labels"]) for b in batches)
+        mine = list(zip(micro, batches))[rank::world]
         loss_sum = torch.zeros((), dtype=torch.float64)
         real_tokens = 0
-        for m in mine:
-            batch = {k: v.to(device) for k, v in collate(m).items()}
+        for m, cpu_batch in mine:
+            batch = {k: v.to(device) for k, v in cpu_batch.items()}
             out = engine(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False)
             total, _ = summed_token_loss(out.logits, batch["labels"])
             engine.backward(step_loss(total, step_tokens, world), scale_wrt_gas=False)
