@@ -1,4 +1,4 @@
-"""``iclr-ray list | run | report | doctor``.
+"""``iclr-ray list | run | sweep | report | doctor``.
 
 Every user error (unknown study, bad config key or type, unreadable file, unusable run
 directory) prints one line to stderr and exits 2 before Ray starts.
@@ -10,6 +10,7 @@ import importlib.metadata
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Sequence
 
 from . import studies
@@ -36,6 +37,20 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--out", metavar="DIR", help="run directory (default: runs/<study>/<preset>-<time>)")
     r.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else embedded local Ray)")
 
+    sw = sub.add_parser("sweep", help="a Ray Tune sweep of a study's recipe over a search space")
+    sw.add_argument("study")
+    sw.add_argument("--space", required=True, metavar="FILE", help="search space YAML (tune_spaces/*.yaml)")
+    sw.add_argument("--preset", default="small", choices=PRESETS)
+    sw.add_argument("--config", metavar="FILE", help="YAML file of config values (over the preset)")
+    sw.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="override one value of the shared config (repeatable)")
+    sw.add_argument("--scheduler", choices=("fifo", "early"), default="early",
+                    help="early: stop trials whose early grad-norm/loss profile ranks badly (default); "
+                         "fifo: run every trial to the end")
+    sw.add_argument("--out", metavar="DIR", help="sweep directory (default: runs/<study>/sweep-<preset>-<time>)")
+    sw.add_argument("--resume", metavar="DIR", help="finish an interrupted sweep in DIR (Tuner.restore)")
+    sw.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else embedded local Ray)")
+
     rep = sub.add_parser("report", help="re-render report.md and the claims table of a run directory")
     rep.add_argument("run_dir")
 
@@ -46,11 +61,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "run" and not (args.address or os.environ.get("RAY_ADDRESS")):
+    if args.command in ("run", "sweep") and not (args.address or os.environ.get("RAY_ADDRESS")):
         # Embedded Ray binds to 127.0.0.1 only, not to every interface of the laptop (read by
         # Ray when it is first imported, so before any study module loads).
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    handler = {"list": cmd_list, "run": cmd_run, "report": cmd_report, "doctor": cmd_doctor}[args.command]
+    handler = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "report": cmd_report,
+               "doctor": cmd_doctor}[args.command]
     try:
         return handler(args)
     except USER_ERRORS as exc:
@@ -106,6 +122,54 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    study = studies.get(args.study)
+    if study.sweep is None:
+        raise ConfigError(f"study {study.id!r} has no sweep; studies with one: "
+                          f"{', '.join(s.id for _, s, _ in studies.available() if s and s.sweep) or 'none'}")
+    from .sweep.spaces import load_space
+
+    if args.resume:
+        out = Path(args.resume)
+        saved = out / "config.yaml"
+        if not saved.is_file():
+            raise ConfigError(f"--resume {out}: no config.yaml there (not a sweep directory)")
+        cfg = resolve(study.config, study.presets, args.preset, str(saved), [])
+    else:
+        cfg = resolve(study.config, study.presets, args.preset, args.config, args.sets)
+    space = load_space(args.space, study.config, base=cfg.model_dump(mode="json"))
+    outside = [k for k in space.params if not k.startswith(study.sweepable)]
+    if outside:
+        raise ConfigError(f"{args.space}: {', '.join(outside)} cannot vary between trials; "
+                          f"a {study.id} sweep varies keys under {', '.join(study.sweepable)}")
+    inputs = study.prepare(cfg) if study.prepare else None
+    from .runtime import RunContext, connect, resolve_address, seed_everything
+
+    address = None if _ray_initialized() else resolve_address(args.address)
+    if args.resume:
+        run_dir = RunDir(args.resume)
+        if (run_dir.path / "result.json").exists():
+            raise RunDirError(f"{run_dir.path} already holds a finished sweep")
+    else:
+        run_dir = RunDir(args.out or default_run_dir(study.id, f"sweep-{args.preset}")).create()
+        run_dir.write_config(to_yaml(cfg))
+    print(f"# {study.id} sweep over {args.space} ({args.scheduler}) -> {run_dir.path}", flush=True)
+    seed_everything(cfg.seed)
+    start = time.monotonic()
+    with connect(address) as resources:
+        ctx = RunContext(run_dir=run_dir, preset=args.preset, resources=resources, inputs=inputs)
+        summary = study.sweep(cfg, space, ctx, args.scheduler, bool(args.resume))
+    seconds = time.monotonic() - start
+    run_dir.write_result({"study": study.id, "preset": args.preset, "kind": "sweep", "space": str(args.space),
+                          "scheduler": args.scheduler, "config": cfg.model_dump(mode="json"), "metrics": summary,
+                          "claims": [], "seconds": seconds})
+    best = summary.get("best") or {}
+    print(f"\n{summary.get('table', '')}\n\nbest: {best.get('params')} {space.metric}={best.get(space.metric)} "
+          f"({summary.get('finished', 0)}/{summary.get('trials', 0)} trials finished) in {seconds:.0f} s; "
+          f"TensorBoard: tensorboard --logdir {run_dir.path / 'tune'}")
+    return 0
+
+
 def _ray_initialized() -> bool:
     import ray
 
@@ -121,6 +185,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     run_dir = RunDir(args.run_dir)
     result = run_dir.read_result()
     study = studies.get(result.get("study", "?"))
+    if result.get("kind") == "sweep":  # a sweep has no claims; its ranking is the report
+        m = result["metrics"]
+        best = m.get("best") or {}
+        print(f"{m.get('table', '')}\n\nbest: {best.get('params')} {m.get('metric')}={best.get(m.get('metric'))}")
+        return 0
     try:
         cfg = study.config.model_validate(result["config"])
     except Exception as exc:  # a result.json written by an older, incompatible config

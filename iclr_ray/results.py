@@ -12,6 +12,7 @@ a killed run never leaves a half-written config, result, report or plot behind.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
@@ -52,8 +53,19 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
+def _finite_only(obj: Any) -> Any:
+    """NaN and infinities as null: JSON has neither, and "not measured" reads the same either way."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite_only(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_only(v) for v in obj]
+    return obj
+
+
 def to_json(obj: Any, indent: int | None = 2) -> str:
-    return json.dumps(obj, indent=indent, default=_json_default, allow_nan=False)
+    return json.dumps(_finite_only(obj), indent=indent, default=_json_default, allow_nan=False)
 
 
 def default_run_dir(study: str, preset: str, root: str | Path | None = None) -> Path:

@@ -61,15 +61,29 @@ def connect(address: str | None = None, quiet: bool = True) -> Iterator[dict[str
         # Train V2's controller polls every 2 s by default, blocking each report (MEASURED.md).
         env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
                "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1"}
+        dashboard: dict[str, Any] = {}
+        if not address:
+            # Tune frees a stopped trial's placement groups through the State API, which finds
+            # the dashboard by RAY_API_SERVER_ADDRESS; without it they leak and the next trial
+            # hangs on worker start-up (shared/MEASURED.md). So: the dashboard on a known port.
+            port = _free_port()
+            env["RAY_API_SERVER_ADDRESS"] = os.environ["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{port}"
+            dashboard = {"include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": port}
         # address="local" always starts a new embedded Ray: plain ray.init() would attach to
         # whatever cluster /tmp/ray/ray_current_cluster names, even a dead one.
         ray.init(address=address or "local", runtime_env=None if address else {"env_vars": env},
-                 log_to_driver=not quiet, configure_logging=False)
+                 log_to_driver=not quiet, configure_logging=False, **dashboard)
     try:
         yield ray.cluster_resources()
     finally:
         if owned:
             ray.shutdown()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def hardware() -> dict[str, Any]:

@@ -50,6 +50,9 @@ class Cluster:
 
 def _start_cluster(tmp: Path, temp_dir: str) -> tuple[subprocess.Popen, Cluster]:
     gcs_port, dash_port = free_port(), free_port()
+    # Tune frees a stopped trial's placement groups through the State API, which finds the
+    # dashboard by this variable (shared/MEASURED.md); the cluster and this driver both need it.
+    os.environ["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{dash_port}"
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("RAY_ADDRESS", None)
     log = open(tmp / "ray_head.log", "w")

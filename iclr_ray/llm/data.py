@@ -113,6 +113,13 @@ def encode_all(tokenizer, conversations: Iterable[list[dict[str, str]]], max_tok
     return out
 
 
+def encode_text(tokenizer, text: str, max_tokens: int) -> list[Encoded]:
+    """A pre-training document as ``BOS text EOS`` with every token labelled, cut into pieces of
+    at most ``max_tokens`` tokens (so a long document packs instead of failing)."""
+    ids = [tokenizer.bos_token_id, *tokenizer(text, add_special_tokens=False).input_ids, tokenizer.eos_token_id]
+    return [Encoded(ids[i:i + max_tokens], ids[i:i + max_tokens]) for i in range(0, len(ids), max_tokens)]
+
+
 def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
     """The sample order of one epoch: a permutation that depends on (seed, epoch) only, so a
     resumed run sees the same data in the same order."""

@@ -53,8 +53,9 @@ def read_mc_jsonl(path: str | Path) -> list[MCItem]:
     return items
 
 
-def _prompt_ids(tokenizer, question: str) -> list[int]:
-    messages = [{"role": "user", "content": question}]
+def _prompt_ids(tokenizer, question: str | Sequence[dict[str, str]]) -> list[int]:
+    """A generation prompt for one user turn, or for a conversation so far (a message list)."""
+    messages = [{"role": "user", "content": question}] if isinstance(question, str) else list(question)
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"]
 
 
@@ -85,8 +86,8 @@ def mc_accuracy(model, tokenizer, items: Sequence[MCItem]) -> dict[str, float]:
 
 
 @torch.no_grad()
-def generate(model, tokenizer, question: str, max_new_tokens: int = 32) -> str:
-    """Greedy answer to one user turn, stopped at the end-of-turn marker or EOS."""
+def generate(model, tokenizer, question: str | Sequence[dict[str, str]], max_new_tokens: int = 32) -> str:
+    """Greedy answer to one user turn (or a conversation so far), stopped at the end-of-turn marker or EOS."""
     model.eval()
     ids = torch.tensor([_prompt_ids(tokenizer, question)])
     stop = [t for t in {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|end|>")}
@@ -96,7 +97,8 @@ def generate(model, tokenizer, question: str, max_new_tokens: int = 32) -> str:
     return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True).strip()
 
 
-def exact_match(model, tokenizer, pairs: Sequence[tuple[str, str]], max_new_tokens: int = 32) -> dict:
+def exact_match(model, tokenizer, pairs: Sequence[tuple[str | Sequence[dict[str, str]], str]],
+                max_new_tokens: int = 32) -> dict:
     """Share of (question, reference) pairs whose greedy answer equals the reference (stripped)."""
     answers = [generate(model, tokenizer, q, max_new_tokens) for q, _ in pairs]
     hits = [a == ref.strip() for a, (_, ref) in zip(answers, pairs)]

@@ -17,7 +17,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import numpy as np
 from pydantic import Field
@@ -45,6 +45,8 @@ class TrainConfig(Section):
     """0 disables clipping"""
     zero_stage: int = Field(2, ge=0, le=3)
     num_workers: int = Field(2, ge=1)
+    eval_every: int = Field(0, ge=0)
+    """optimiser steps between held-out loss evaluations (and at the last step); 0: never"""
     checkpoint_every: int = Field(0, ge=0)
     """optimiser steps between checkpoints; 0: only the final one"""
     max_failures: int = Field(1, ge=0)
@@ -62,10 +64,16 @@ def _skip_shm_op_build() -> None:
     importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
 
 
-def step_rows(rows: list[PackedRow], step: int, cfg: TrainConfig, seed: int) -> list[PackedRow]:
-    """The global batch of optimiser step ``step``: consecutive rows of the epoch-shuffled order."""
+def step_rows(rows: list[PackedRow], step: int, cfg: TrainConfig, seed: int,
+              order: Sequence[int] | None = None) -> list[PackedRow]:
+    """The global batch of optimiser step ``step``: consecutive rows of the data order.
+
+    The order is ``order`` when given (a study's own curriculum, e.g. phased training), cycled;
+    else each epoch is a fresh seeded permutation of ``rows``."""
     per_step = cfg.rows_per_step()
     start = step * per_step
+    if order is not None:
+        return [rows[int(order[i % len(order)])] for i in range(start, start + per_step)]
     orders: dict[int, np.ndarray] = {}  # one permutation per epoch the step touches, not per row
     out = []
     for i in range(start, start + per_step):
@@ -114,6 +122,8 @@ def train_worker(config: dict[str, Any]) -> None:
     cfg = TrainConfig.model_validate(config["train"])
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     rows: list[PackedRow] = ray.get(config["rows"])
+    order = ray.get(config["order"]) if config.get("order") is not None else None
+    eval_sets: dict[str, list[PackedRow]] = ray.get(config["eval_rows"]) if config.get("eval_rows") else {}
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
@@ -143,7 +153,7 @@ def train_worker(config: dict[str, Any]) -> None:
         if fail_at is not None and step == fail_at and checkpoint is None and rank == world - 1:
             os._exit(1)  # a real worker death: Ray Train restarts the group from the latest checkpoint
         t0 = time.perf_counter()
-        rows_now = step_rows(rows, step, cfg, cfg.seed)
+        rows_now = step_rows(rows, step, cfg, cfg.seed, order)
         micro = [rows_now[i:i + cfg.micro_batch_size] for i in range(0, len(rows_now), cfg.micro_batch_size)]
         batches = [collate(m) for m in micro]  # every worker's micro-batches: each needs the token count
         step_tokens = sum(label_tokens(b["labels"]) for b in batches)
@@ -168,11 +178,15 @@ def train_worker(config: dict[str, Any]) -> None:
             "lr": scheduler.get_last_lr()[0],
             "tokens_per_s": stats[1].item() / seconds,
             "samples_per_s": len(rows_now) / seconds,
+            "samples": (step + 1) * cfg.rows_per_step(),
+            "progress": (step + 1) / cfg.max_steps,
             "resumed_from": start,
         }
+        last = step + 1 == cfg.max_steps
+        if eval_sets and cfg.eval_every and (last or (step + 1) % cfg.eval_every == 0):
+            metrics.update(_eval_losses(engine, eval_sets, cfg.micro_batch_size, rank, world, device))
         if device.type == "cuda":
             metrics["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 2**30
-        last = step + 1 == cfg.max_steps
         if last or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
             with tempfile.TemporaryDirectory() as d:
                 engine.save_checkpoint(str(Path(d) / "deepspeed"), tag=f"step{step + 1}",
@@ -181,6 +195,37 @@ def train_worker(config: dict[str, Any]) -> None:
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
         else:
             ray.train.report(metrics)
+
+
+def _eval_losses(engine, eval_sets: dict[str, list[PackedRow]], batch_size: int, rank: int, world: int,
+                 device) -> dict[str, float]:
+    """Held-out loss per label token of each named set and of all together, over all workers.
+    Every rank runs the same number of forward passes (ZeRO-3 gathers parameters collectively):
+    a rank short of a batch repeats its first one and does not count it."""
+    import torch
+    import torch.distributed as dist
+
+    engine.eval()
+    out: dict[str, float] = {}
+    totals = torch.zeros(2, dtype=torch.float64)
+    with torch.no_grad():
+        for name, rows in eval_sets.items():
+            batches = [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
+            mine = batches[rank::world]
+            sums = torch.zeros(2, dtype=torch.float64)
+            for k in range(-(-len(batches) // world)):
+                b = collate(mine[k] if k < len(mine) else batches[0])
+                logits = engine(input_ids=b["input_ids"].to(device), position_ids=b["position_ids"].to(device),
+                                use_cache=False).logits
+                total, n = summed_token_loss(logits, b["labels"].to(device))
+                if k < len(mine):
+                    sums += torch.tensor([total.item(), float(n)], dtype=torch.float64)
+            dist.all_reduce(sums)
+            out[f"eval_loss_{name}"] = sums[0].item() / max(sums[1].item(), 1.0)
+            totals += sums
+    engine.train()
+    out["eval_loss"] = totals[0].item() / max(totals[1].item(), 1.0)
+    return out
 
 
 def _save_hf(engine, tokenizer, path: Path, rank: int, zero_stage: int) -> None:
@@ -225,13 +270,16 @@ def read_steps(storage_path: str | Path, name: str) -> list[dict[str, Any]]:
 
 
 def fit(cfg: TrainConfig, rows: list[PackedRow], tokenizer, storage_path: str | Path, name: str,
-        fail_once_at_step: int | None = None):
+        fail_once_at_step: int | None = None, order: Sequence[int] | None = None,
+        eval_rows: dict[str, list[PackedRow]] | None = None, callbacks: Sequence[Any] = ()):
     """Run the loop on ``cfg.num_workers`` Ray Train workers; returns Ray Train's Result.
 
     Rerunning with the same ``storage_path``/``name`` resumes from the latest checkpoint. Every
     step's metrics land in ``storage_path/name/steps.jsonl`` (see :func:`read_steps`).
-    ``fail_once_at_step`` kills the last worker's process at that step of a fresh start (a test
-    of the recovery path)."""
+    ``order``: the row order to train in (see :func:`step_rows`); ``eval_rows``: named held-out
+    sets whose loss is reported every ``cfg.eval_every`` steps; ``callbacks``: more Ray Train
+    callbacks (a Tune trial passes ``TuneReportCallback``). ``fail_once_at_step`` kills the last
+    worker's process at that step of a fresh start (a test of the recovery path)."""
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -242,14 +290,28 @@ def fit(cfg: TrainConfig, rows: list[PackedRow], tokenizer, storage_path: str | 
     use_gpu = bool(ray.cluster_resources().get("GPU", 0))
     run_path = Path(storage_path).resolve() / name
     run_path.mkdir(parents=True, exist_ok=True)
+    # Inside a Tune trial the trial holds a sliver of CPU and its workers the rest, so trials
+    # sized to the machine start instead of waiting on each other (shared/MEASURED.md).
+    cpu = 0.99 if _in_tune_trial() else 1.0
     trainer = TorchTrainer(
         train_worker,
         train_loop_config={"train": cfg.model_dump(mode="json"), "rows": ray.put(rows), "tokenizer_files": files,
-                           "fail_once_at_step": fail_once_at_step},
-        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu),
+                           "fail_once_at_step": fail_once_at_step,
+                           "order": ray.put(list(order)) if order is not None else None,
+                           "eval_rows": ray.put(eval_rows) if eval_rows else None},
+        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu,
+                                     resources_per_worker=None if use_gpu else {"CPU": cpu}),
         run_config=RunConfig(name=name, storage_path=str(run_path.parent),
                              failure_config=FailureConfig(max_failures=cfg.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2),
-                             callbacks=[_step_logger(run_path / STEPS_FILE)]),
+                             callbacks=[_step_logger(run_path / STEPS_FILE), *callbacks]),
     )
     return trainer.fit()
+
+
+def _in_tune_trial() -> bool:
+    try:
+        from ray.tune.trainable.trainable_fn_utils import _in_tune_session
+    except ImportError:
+        return False
+    return _in_tune_session()

@@ -14,6 +14,7 @@ from ..config import ConfigError, StudyConfig
 # study id -> the extra (pyproject optional dependency) its imports need beyond the core
 IMPLEMENTED: dict[str, str | None] = {
     "coord_sketch": None,
+    "sft_recipe": "llm",
 }
 
 
@@ -33,6 +34,10 @@ class Study:
     """prepare(cfg) -> inputs: reads and checks input files before Ray starts (errors exit 2)."""
     report_md: Callable[[dict[str, Any]], str] | None = None
     """report_md(metrics) -> extra markdown (tables) for report.md."""
+    sweep: Callable[..., dict[str, Any]] | None = None
+    """sweep(cfg, space, ctx, scheduler, resume) -> summary dict: ``iclr-ray sweep`` (Ray Tune)."""
+    sweepable: tuple[str, ...] = ()
+    """config key prefixes a search space may vary (the rest is shared by every trial)."""
 
 
 class StudyUnavailable(RuntimeError):

@@ -69,3 +69,29 @@ def test_grad_norm_does_not_depend_on_the_accumulation_split(ray_cluster, corpus
     four = train.fit(train.TrainConfig(max_steps=1, micro_batch_size=1, grad_accum=4), rows, tok, tmp_path, "b")
     assert one.metrics["grad_norm"] == pytest.approx(four.metrics["grad_norm"], rel=1e-4)
     assert one.metrics["loss"] == pytest.approx(four.metrics["loss"], rel=1e-5)
+
+
+def test_held_out_loss_during_training_matches_the_checkpoint_under_zero3(ray_cluster, corpus, tmp_path):
+    from iclr_ray.llm.evaluate import heldout_loss
+
+    tok, rows = corpus
+    held = {"a": rows[:5], "b": rows[5:6]}  # odd batch counts: one rank is short a batch
+    order = list(range(len(rows)))[::-1]
+    cfg = train.TrainConfig(max_steps=2, micro_batch_size=2, zero_stage=3, eval_every=1)
+    res = train.fit(cfg, rows, tok, tmp_path, "ev", order=order, eval_rows=held)
+    assert res.error is None
+    steps = train.read_steps(tmp_path, "ev")
+    assert all({"eval_loss", "eval_loss_a", "eval_loss_b"} <= set(s) for s in steps)
+    assert steps[-1]["samples"] == 8 and steps[-1]["progress"] == 1.0
+    with res.checkpoint.as_directory() as d:
+        net, _ = model.load_pretrained(f"{d}/model")
+    assert steps[-1]["eval_loss_a"] == pytest.approx(heldout_loss(net, held["a"]), rel=1e-4)
+    assert steps[-1]["eval_loss"] == pytest.approx(heldout_loss(net, held["a"] + held["b"]), rel=1e-4)
+
+
+def test_step_rows_follows_a_given_order_and_cycles_it(corpus):
+    _, rows = corpus
+    cfg = train.TrainConfig(micro_batch_size=2, grad_accum=1, num_workers=2)
+    order = [3, 1, 4, 1, 5]
+    assert train.step_rows(rows, 0, cfg, 0, order) == [rows[3], rows[1], rows[4], rows[1]]
+    assert train.step_rows(rows, 1, cfg, 0, order) == [rows[5], rows[3], rows[1], rows[4]]

@@ -1,0 +1,140 @@
+"""sft_recipe config. Defaults are the ``small`` preset: a 4-layer Llama (d=128) pre-trained here
+on the generated corpus, then SFT trials of one Ray Train worker each, two at a time on 2 CPUs.
+
+Batch sizes and budgets count packed rows of ``data.seq_len`` tokens (about five conversations
+each at ``small``); every trial of an experiment sees the same number of rows (equal sample
+budget), so a larger batch takes proportionally fewer optimiser steps.
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field, FilePath, model_validator
+
+from ...config import Section, StudyConfig
+
+
+class Data(Section):
+    seq_len: int = Field(256, ge=16)
+    """tokens per packed row (and the longest conversation allowed)"""
+    n_pretrain: int = Field(3000, ge=0)
+    """generated pre-training documents"""
+    n_train: int = Field(4000, ge=12)
+    """generated SFT conversations, half knowledge (3 domains), half skills (6 skills)"""
+    n_eval: int = Field(120, ge=6)
+    """held-out items per half (knowledge / skills)"""
+    vocab_size: int = Field(512, ge=300)
+    """BPE vocabulary of the tokenizer trained here (ignored when the model brings its own)"""
+    knowledge_jsonl: Optional[FilePath] = None
+    """real data: chat JSONL of knowledge conversations (replaces the generated knowledge half)"""
+    skills_jsonl: Optional[FilePath] = None
+    """real data: chat JSONL of skills conversations (replaces the generated skills half)"""
+    eval_mc_jsonl: Optional[FilePath] = None
+    """real data: MMLU-style multiple choice (question, choices, answer) for the knowledge score"""
+
+    @model_validator(mode="after")
+    def _both(self):
+        if (self.knowledge_jsonl is None) != (self.skills_jsonl is None):
+            raise ValueError("give both knowledge_jsonl and skills_jsonl, or neither")
+        return self
+
+
+class Pretrain(Section):
+    steps: int = Field(600, ge=0)
+    """optimiser steps of pre-training on the generated corpus; 0 skips it (a pre-trained model)"""
+    batch: int = Field(8, ge=1)
+    lr: float = Field(2e-3, gt=0)
+    num_workers: int = Field(2, ge=1)
+
+
+class Sft(Section):
+    """The recipe every trial starts from; experiments override parts of it."""
+
+    model: str = "mini-llama"
+    """a named tiny model (pre-trained here first), a checkpoint directory or an HF id"""
+    batch: int = Field(32, ge=1)
+    """effective batch: packed rows per optimiser step over all workers and micro-steps"""
+    micro_batch_size: int = Field(8, ge=1)
+    """rows per worker per micro-step; gradient accumulation makes up the rest of the batch"""
+    lr: float = Field(1e-3, gt=0)
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    sample_budget: int = Field(3072, ge=1)
+    """packed rows each trial trains on"""
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, ge=0)
+    zero_stage: int = Field(2, ge=0, le=3)
+    num_workers: int = Field(1, ge=1)
+    eval_points: int = Field(8, ge=1)
+    """held-out loss evaluations per trial, evenly spaced"""
+    max_new_tokens: int = Field(24, ge=1)
+
+
+class Grid(Section):
+    """Experiment 1: effective batch x learning rate at equal sample budget."""
+
+    batches: list[int] = Field([8, 32, 128], min_length=1)
+    lrs: list[float] = Field([3e-4, 1e-3, 3e-3], min_length=1)
+
+
+class Warmup(Section):
+    """Experiment 3: warmup steps x schedule, at the base recipe's batch and lr."""
+
+    warmup_steps: list[int] = Field([0, 25], min_length=1)
+    schedules: list[Literal["constant", "linear", "cosine"]] = ["constant", "cosine"]
+
+
+class Early(Section):
+    """Experiment 2 and the early-termination sweep."""
+
+    window: float = Field(0.1, gt=0, lt=1)
+    """the early window, as a fraction of each trial's budget"""
+    predictor: Literal["grad_norm", "loss", "both"] = "grad_norm"
+    keep: float = Field(0.5, gt=0, le=1)
+    """share of profiled trials the scheduler lets finish"""
+    min_trials: int = Field(3, ge=1)
+    rerun_with_scheduler: bool = True
+    """rerun experiment 1's grid under the early-termination scheduler and compare"""
+
+
+class Config(StudyConfig):
+    data: Data = Data()
+    pretrain: Pretrain = Pretrain()
+    sft: Sft = Sft()
+    grid: Grid = Grid()
+    warmup: Warmup = Warmup()
+    early: Early = Early()
+    phased: bool = True
+    """experiment 4: phased (knowledge, then skills) vs stacked training on the same rows"""
+    tolerance: float = Field(0.05, ge=0)
+    """largest score gap (absolute, scores in [0, 1]) that counts as "makes little difference\""""
+    max_concurrent_trials: int = Field(2, ge=1)
+
+
+PRESETS = {
+    "smoke": {
+        "data": {"seq_len": 128, "n_pretrain": 200, "n_train": 240, "n_eval": 12, "vocab_size": 400},
+        "pretrain": {"steps": 0},
+        "sft": {"model": "tiny-llama", "batch": 4, "micro_batch_size": 4, "sample_budget": 32, "eval_points": 2,
+                "max_new_tokens": 8},
+        "grid": {"batches": [4, 8], "lrs": [1e-3]},
+        "warmup": {"warmup_steps": [0], "schedules": ["constant"]},
+        "early": {"min_trials": 2, "rerun_with_scheduler": False},
+        "phased": False,
+    },
+    "small": {},
+    "paper": {
+        # The paper: 3B-7B base models, LAB/TULU-style knowledge + skills data, effective batch
+        # 3840-7680 samples with lr ~2e-5 vs TULU's batch 128 (notes_01-10.md, section 8).
+        "data": {"seq_len": 4096},
+        "pretrain": {"steps": 0},
+        "sft": {"model": "ibm-granite/granite-3.0-2b-base", "batch": 512, "micro_batch_size": 4, "lr": 2e-5,
+                "warmup_steps": 0, "schedule": "constant", "sample_budget": 512 * 2000, "zero_stage": 2,
+                "num_workers": 8, "eval_points": 20, "max_new_tokens": 256},
+        "grid": {"batches": [32, 128, 512, 1024], "lrs": [1e-5, 2e-5, 5e-5]},
+        "warmup": {"warmup_steps": [0, 25], "schedules": ["constant", "cosine"]},
+        "early": {"window": 0.05},
+        "max_concurrent_trials": 1,
+    },
+}

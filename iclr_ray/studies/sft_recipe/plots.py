@@ -1,0 +1,140 @@
+"""Figures for sft_recipe: loss curves, early profile vs final score, the batch x lr heat map,
+warmup/schedule scores and phased vs stacked held-out loss."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def _finished(trials, experiment=None):
+    return [t for t in trials if t["finished"] and (experiment is None or experiment in t["experiments"])]
+
+
+def loss_curves(trials) -> plt.Figure:
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    for t in _finished(trials, "grid") or _finished(trials):
+        c = t["curve"]
+        a.plot([s["samples"] for s in c], [s["loss"] for s in c], lw=1, label=f"b{t['batch']} lr{t['lr']:g}")
+        ev = [s for s in c if "eval_loss" in s]
+        b.plot([s["samples"] for s in ev], [s["eval_loss"] for s in ev], marker=".", lw=1)
+    a.set(xlabel="training rows seen", ylabel="training loss / token", title="SFT training loss (grid)", yscale="log")
+    b.set(xlabel="training rows seen", ylabel="held-out loss / token", title="held-out loss (grid)")
+    a.legend(fontsize=7, ncol=2)
+    for ax in (a, b):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def early_vs_score(trials, metrics, window: float) -> plt.Figure:
+    pts = [t for t in trials if t["finished"] and {"grid", "warmup"} & set(t["experiments"])]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    e = metrics.get("early", {})
+    for ax, key, rho, name in ((axes[0], "early_grad_norm", e.get("spearman_grad_norm"), "early grad norm"),
+                               (axes[1], "early_loss", e.get("spearman_loss"), "early training loss")):
+        sc = ax.scatter([t[key] for t in pts], [t["score"] for t in pts], c=[math.log10(t["lr"]) for t in pts],
+                        s=[20 + 2 * t["batch"] ** 0.8 for t in pts], cmap="viridis")
+        title = f"{name} (first {window:.0%}) vs final score"
+        if rho is not None and math.isfinite(rho):
+            title += f"\nSpearman {rho:+.2f}"
+        ax.set(xlabel=name, ylabel="final score", title=title)
+        ax.grid(alpha=0.3)
+    fig.colorbar(sc, ax=axes, label="log10 lr (marker size: batch)")
+    return fig
+
+
+def grid_heatmap(trials) -> plt.Figure | None:
+    grid = _finished(trials, "grid")
+    batches, lrs = sorted({t["batch"] for t in grid}), sorted({t["lr"] for t in grid})
+    if not grid:
+        return None
+    z = np.full((len(batches), len(lrs)), np.nan)
+    for t in grid:
+        z[batches.index(t["batch"]), lrs.index(t["lr"])] = t["score"]
+    fig, ax = plt.subplots(figsize=(1.6 * len(lrs) + 2, 1.1 * len(batches) + 1.5))
+    im = ax.imshow(z, cmap="viridis", origin="lower", aspect="auto")
+    for i in range(len(batches)):
+        for j in range(len(lrs)):
+            if np.isfinite(z[i, j]):
+                ax.text(j, i, f"{z[i, j]:.3f}", ha="center", va="center", color="w", fontsize=9)
+    ax.set_xticks(range(len(lrs)), [f"{x:g}" for x in lrs])
+    ax.set_yticks(range(len(batches)), [str(b) for b in batches])
+    ax.set(xlabel="learning rate", ylabel="effective batch (rows)", title="final score, equal sample budget")
+    fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    return fig
+
+
+def sweep_heatmap(rows, keys: list[str], metric: str) -> plt.Figure | None:
+    """Mean ``metric`` over trials at each pair of the two swept values (a sweep's heat map)."""
+    done = [r for r in rows if r.get(metric) is not None]
+    xs = sorted({r["params"][keys[1]] for r in done}, key=str)
+    ys = sorted({r["params"][keys[0]] for r in done}, key=str)
+    if not done:
+        return None
+    z = np.full((len(ys), len(xs)), np.nan)
+    for i, y in enumerate(ys):
+        for j, x in enumerate(xs):
+            vals = [r[metric] for r in done if r["params"][keys[0]] == y and r["params"][keys[1]] == x]
+            if vals:
+                z[i, j] = float(np.mean(vals))
+    fig, ax = plt.subplots(figsize=(1.6 * len(xs) + 2, 1.1 * len(ys) + 1.5))
+    im = ax.imshow(z, cmap="viridis", origin="lower", aspect="auto")
+    for i in range(len(ys)):
+        for j in range(len(xs)):
+            if np.isfinite(z[i, j]):
+                ax.text(j, i, f"{z[i, j]:.3f}", ha="center", va="center", color="w", fontsize=9)
+    ax.set_xticks(range(len(xs)), [str(x) for x in xs])
+    ax.set_yticks(range(len(ys)), [str(y) for y in ys])
+    ax.set(xlabel=keys[1], ylabel=keys[0], title=f"{metric} (finished trials; stopped ones blank)")
+    fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    return fig
+
+
+def warmup_schedule(trials) -> plt.Figure | None:
+    warm = _finished(trials, "warmup")
+    if len(warm) < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    labels = [f"{t['schedule']}\nwarmup {t['warmup_steps']}" for t in warm]
+    ax.bar(range(len(warm)), [t["score"] for t in warm], color="tab:blue")
+    ax.set_xticks(range(len(warm)), labels, fontsize=8)
+    ax.set(ylabel="final score", title="warmup and schedule")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def phased_vs_stacked(trials) -> plt.Figure | None:
+    ph = {t["order"]: t for t in _finished(trials, "phased")}
+    if len(ph) < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for order, color in (("stacked", "tab:blue"), ("phased", "tab:red")):
+        c = [s for s in ph[order]["curve"] if "eval_loss" in s]
+        for key, style in (("eval_loss", "-"), ("eval_loss_knowledge", ":"), ("eval_loss_skills", "--")):
+            ax.plot([s["samples"] for s in c], [s[key] for s in c], style, color=color,
+                    label=f"{order}: {key.replace('eval_loss', 'held-out').replace('_', ' ')}")
+    ax.set(xlabel="training rows seen", ylabel="held-out loss / token", title="phased (knowledge, then skills) vs stacked")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def save_all(ctx, cfg, metrics: dict[str, Any]) -> None:
+    trials = metrics["trials"]
+    figs = {"loss_curves": loss_curves(trials), "early_vs_score": early_vs_score(trials, metrics, cfg.early.window),
+            "grid_heatmap": grid_heatmap(trials), "warmup_schedule": warmup_schedule(trials),
+            "phased_vs_stacked": phased_vs_stacked(trials)}
+    for name, fig in figs.items():
+        if fig is not None:
+            ctx.save_plot(fig, name)
+            plt.close(fig)

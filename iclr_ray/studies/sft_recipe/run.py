@@ -1,0 +1,488 @@
+"""sft_recipe on Ray: pre-train a tiny LM (Ray Train + DeepSpeed), then the paper's four
+experiments as one Ray Tune sweep whose trials each run the SFT loop (the Train V2 pattern), and
+experiment 1's grid once more under the early-termination scheduler.
+
+Trials are specs (experiment, label, recipe overrides, data order); a spec shared by several
+experiments (the base recipe is a grid point, the no-warmup constant run and the stacked run)
+runs once. Each trial trains on the same packed rows at the same sample budget, reports every
+step to Tune, and ends by scoring its final checkpoint on the held-out sets.
+"""
+from __future__ import annotations
+
+import math
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...claims import Claim
+from ...config import ConfigError, deep_merge
+from ...llm import data as llm_data
+from ...llm.evaluate import MCItem, read_mc_jsonl
+from ...llm.model import TINY_MODELS
+from . import data as gen
+from . import recipe
+from .config import Config, Sft
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def prepare(cfg: Config) -> dict[str, Any]:
+    """Read and check the real-data files and the model source before Ray starts."""
+    for batch in {cfg.sft.batch, *cfg.grid.batches}:
+        try:
+            recipe.batch_split(batch, cfg.sft.micro_batch_size, cfg.sft.num_workers)
+        except ValueError as exc:
+            raise ConfigError(f"sft/grid: {exc}") from None
+    if batch_too_big := [b for b in {cfg.sft.batch, *cfg.grid.batches} if b > cfg.sft.sample_budget]:
+        raise ConfigError(f"batch {max(batch_too_big)} exceeds sft.sample_budget={cfg.sft.sample_budget}: "
+                          "not one optimiser step fits the budget")
+    model = cfg.sft.model
+    if model not in TINY_MODELS:
+        path = Path(model).expanduser()
+        if (path.exists() or model.startswith((".", "/", "~"))) and not (path / "config.json").is_file():
+            raise ConfigError(f"sft.model: {model} is not a model checkpoint (no config.json there)")
+    inputs: dict[str, Any] = {}
+    if cfg.data.knowledge_jsonl is not None:
+        inputs["knowledge"] = llm_data.read_chat_jsonl(cfg.data.knowledge_jsonl)
+        inputs["skills"] = llm_data.read_chat_jsonl(cfg.data.skills_jsonl)
+        for half in ("knowledge", "skills"):
+            if len(inputs[half]) <= cfg.data.n_eval:
+                raise ConfigError(f"data.{half}_jsonl: {len(inputs[half])} conversations, need more than "
+                                  f"data.n_eval={cfg.data.n_eval} (they are the held-out split)")
+    if cfg.data.eval_mc_jsonl is not None:
+        inputs["mc"] = read_mc_jsonl(cfg.data.eval_mc_jsonl)
+    return inputs
+
+
+@dataclass
+class EvalItem:
+    prompt: Any  # a user turn (str) or the conversation before the answer (message list)
+    answer: str
+
+
+@dataclass
+class World:
+    """Everything the trials share: tokenizer files, packed rows and the held-out sets."""
+    tokenizer_files: dict[str, bytes]
+    pretrain_rows: list
+    knowledge_rows: list
+    skills_rows: list
+    eval_rows: dict[str, list]
+    eval_em: dict[str, list[EvalItem]]
+    eval_mc: list[MCItem] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def tokenizer(self):
+        from transformers import AutoTokenizer
+
+        from ...llm.train import _write_files
+
+        return AutoTokenizer.from_pretrained(_write_files(self.tokenizer_files))
+
+
+def _held_out(convs: list, n_eval: int) -> tuple[list, list[EvalItem]]:
+    """The last ``n_eval`` conversations of a real file as the held-out split."""
+    train, held = convs[:-n_eval], convs[-n_eval:]
+    items = []
+    for c in held:
+        last = max(i for i, m in enumerate(c) if m["role"] == "assistant")
+        items.append(EvalItem(c[:last], c[last]["content"]))
+    return train, items
+
+
+def build_world(cfg: Config, inputs: dict[str, Any]) -> World:
+    from ...llm.model import build_tokenizer, load_pretrained
+    from ...llm.train import read_files
+
+    d = cfg.data
+    ds = gen.generate(cfg.seed, d.n_pretrain, d.n_train, d.n_eval)
+    if "knowledge" in inputs:
+        know, know_eval = _held_out(inputs["knowledge"], d.n_eval)
+        skills, skills_eval = _held_out(inputs["skills"], d.n_eval)
+        held_know, held_skills = [e.prompt + [{"role": "assistant", "content": e.answer}] for e in know_eval], \
+            [e.prompt + [{"role": "assistant", "content": e.answer}] for e in skills_eval]
+    else:
+        know, skills = [i.messages() for i in ds.train_knowledge], [i.messages() for i in ds.train_skills]
+        know_eval = [EvalItem(i.prompt, i.answer) for i in ds.eval_knowledge]
+        skills_eval = [EvalItem(i.prompt, i.answer) for i in ds.eval_skills]
+        held_know, held_skills = [i.messages() for i in ds.eval_knowledge], [i.messages() for i in ds.eval_skills]
+    mc = inputs.get("mc") or [MCItem(i.prompt, i.choices, i.correct) for i in ds.eval_knowledge if i.choices]
+
+    if cfg.sft.model in TINY_MODELS:
+        texts = ds.pretrain + [m["content"] for c in know + skills for m in c]
+        tok = build_tokenizer(texts, vocab_size=d.vocab_size)
+    else:
+        _, tok = load_pretrained(cfg.sft.model)
+    seq, pad = d.seq_len, tok.pad_token_id
+    pre = llm_data.pack([e for t in ds.pretrain for e in llm_data.encode_text(tok, t, seq)], seq, pad)
+    know_rows = llm_data.pack(llm_data.encode_all(tok, know, seq, "knowledge"), seq, pad)
+    skill_rows = llm_data.pack(llm_data.encode_all(tok, skills, seq, "skills"), seq, pad)
+    eval_rows = {"knowledge": llm_data.pack(llm_data.encode_all(tok, held_know, seq, "held-out knowledge"), seq, pad),
+                 "skills": llm_data.pack(llm_data.encode_all(tok, held_skills, seq, "held-out skills"), seq, pad)}
+    with tempfile.TemporaryDirectory() as tmp:
+        tok.save_pretrained(tmp)
+        files = read_files(tmp)
+    stats = {"pretrain_rows": len(pre), "knowledge_rows": len(know_rows), "skills_rows": len(skill_rows),
+             "knowledge_conversations": len(know), "skills_conversations": len(skills),
+             "packing_efficiency": llm_data.packing_efficiency(know_rows + skill_rows),
+             "vocab_size": len(tok)}
+    return World(files, pre, know_rows, skill_rows, eval_rows, {"knowledge": know_eval, "skills": skills_eval},
+                 mc, stats)
+
+
+# ----------------------------------------------------------------------------- trials
+
+
+def trial_specs(cfg: Config) -> list[dict[str, Any]]:
+    """Every trial the experiments need, each once, with the experiments it belongs to."""
+    specs: dict[str, dict[str, Any]] = {}
+
+    def add(experiment: str, overrides: dict[str, Any], order: str = "stacked") -> None:
+        full = {"batch": cfg.sft.batch, "lr": cfg.sft.lr, "schedule": cfg.sft.schedule,
+                "warmup_steps": cfg.sft.warmup_steps, **overrides}
+        label = (f"b{full['batch']}_lr{full['lr']:g}_{full['schedule']}_w{full['warmup_steps']}_{order}")
+        spec = specs.setdefault(label, {"label": label, "sft": full, "order": order, "experiments": []})
+        if experiment not in spec["experiments"]:
+            spec["experiments"].append(experiment)
+
+    for b in cfg.grid.batches:
+        for lr in cfg.grid.lrs:
+            add("grid", {"batch": b, "lr": lr})
+    for w in cfg.warmup.warmup_steps:
+        for s in cfg.warmup.schedules:
+            add("warmup", {"warmup_steps": w, "schedule": s})
+    if cfg.phased:
+        add("phased", {}, "stacked")
+        add("phased", {}, "phased")
+    return list(specs.values())
+
+
+def _train_config(sft: Sft, model: str, seed: int):
+    from ...llm.train import TrainConfig
+
+    micro, accum = recipe.batch_split(sft.batch, sft.micro_batch_size, sft.num_workers)
+    steps = recipe.steps_for_budget(sft.sample_budget, sft.batch)
+    return TrainConfig(model=model, micro_batch_size=micro, grad_accum=accum, max_steps=steps, lr=sft.lr,
+                       betas=sft.betas, weight_decay=sft.weight_decay, schedule=sft.schedule,
+                       warmup_steps=sft.warmup_steps, grad_clip=sft.grad_clip, zero_stage=sft.zero_stage,
+                       num_workers=sft.num_workers, eval_every=max(1, steps // sft.eval_points),
+                       max_failures=1, seed=seed)
+
+
+def sft_trial(config: dict[str, Any], *, base: dict[str, Any], model: str, seed: int, world: World) -> None:
+    """One Tune trial: SFT with the spec's recipe through Ray Train (each step reported to Tune),
+    then the held-out scores of the final checkpoint. ``config`` is either ``{"spec": spec}``
+    (the study's experiments) or flat ``sft.<key>`` values (``iclr-ray sweep``)."""
+    from ray import tune
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from ...llm.train import fit
+
+    spec = config.get("spec") or {"label": "sweep", "order": "stacked",
+                                  "sft": {k.split(".", 1)[1]: v for k, v in config.items() if k.startswith("sft.")}}
+    sft = Sft.model_validate(deep_merge(base, spec["sft"]))
+    tcfg = _train_config(sft, model, seed)
+    rows = world.knowledge_rows + world.skills_rows
+    order = None
+    if spec["order"] == "phased":
+        order = recipe.phased_order(len(world.knowledge_rows), len(world.skills_rows), sft.sample_budget, seed)
+    trial_dir = tune.get_context().get_trial_dir()
+    result = fit(tcfg, rows, world.tokenizer(), trial_dir, "train", order=order, eval_rows=world.eval_rows,
+                 callbacks=[TuneReportCallback()])
+    if result.error is not None:
+        raise result.error
+    with result.checkpoint.as_directory() as d:
+        scores = evaluate_checkpoint(Path(d) / "model", world, sft.max_new_tokens)
+    tune.report({**scores, "progress": 1.0, "samples": tcfg.max_steps * tcfg.rows_per_step()})
+
+
+def evaluate_checkpoint(path: Path, world: World, max_new_tokens: int) -> dict[str, float]:
+    import torch
+
+    from ...llm.evaluate import exact_match, mc_accuracy
+    from ...llm.model import load_pretrained
+
+    torch.set_num_threads(1)
+    model, tok = load_pretrained(path)
+    out: dict[str, float] = {}
+    for half, items in world.eval_em.items():
+        out[f"{half}_em"] = exact_match(model, tok, [(i.prompt, i.answer) for i in items], max_new_tokens)["exact_match"]
+    if world.eval_mc:
+        out["knowledge_mc"] = mc_accuracy(model, tok, world.eval_mc)["mc_accuracy"]
+    knowledge = out.get("knowledge_mc", out["knowledge_em"])
+    out["score"] = recipe.final_score(knowledge, out["skills_em"])
+    return out
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def pretrain(cfg: Config, world: World, storage: Path) -> str:
+    """Pre-train the named tiny model on the generated corpus; returns its HF checkpoint path."""
+    from ...llm.train import TrainConfig, fit
+
+    p = cfg.pretrain
+    micro, accum = recipe.batch_split(p.batch, p.batch, p.num_workers)
+    tcfg = TrainConfig(model=cfg.sft.model, micro_batch_size=micro, grad_accum=accum, max_steps=p.steps, lr=p.lr,
+                       schedule="cosine", warmup_steps=max(1, p.steps // 20), zero_stage=2,
+                       num_workers=p.num_workers, seed=cfg.seed)
+    result = fit(tcfg, world.pretrain_rows, world.tokenizer(), storage, "pretrain")
+    if result.error is not None:
+        raise result.error
+    return str(Path(result.checkpoint.path) / "model")
+
+
+def _collect(results, label_of) -> list[dict[str, Any]]:
+    """Per trial: its spec fields, final scores and the per-step curve from steps.jsonl."""
+    from ...llm.train import read_steps
+
+    trials = []
+    for r in results:
+        spec = label_of(r.config)
+        steps = read_steps(r.path, "train") if r.path else []
+        m = dict(r.metrics or {})
+        rec = {"label": spec["label"], "experiments": spec.get("experiments", []), "order": spec["order"],
+               **spec["sft"], "error": None if r.error is None else str(r.error).splitlines()[0],
+               "score": m.get("score"), "knowledge_mc": m.get("knowledge_mc"), "knowledge_em": m.get("knowledge_em"),
+               "skills_em": m.get("skills_em"), "finished": m.get("score") is not None,
+               "samples": max((s["samples"] for s in steps), default=0),
+               "curve": [{k: s[k] for k in ("samples", "progress", "loss", "grad_norm", "lr", "eval_loss",
+                                             "eval_loss_knowledge", "eval_loss_skills") if k in s} for s in steps]}
+        trials.append(rec)
+    return trials
+
+
+def run(cfg: Config, ctx) -> dict[str, Any]:
+    from ray import tune
+
+    from ...sweep.scheduler import EarlyDynamicsStopper
+    from ...sweep.tuner import run_tuner
+
+    world = build_world(cfg, ctx.inputs or {})
+    ctx.log(stage="data", **world.stats)
+    print(f"  data: {world.stats}", flush=True)
+    root = ctx.run_dir.path
+    model = cfg.sft.model
+    if cfg.pretrain.steps and model in TINY_MODELS:
+        print(f"  pre-training {model} for {cfg.pretrain.steps} steps on {cfg.pretrain.num_workers} Ray Train "
+              f"workers ...", flush=True)
+        model = pretrain(cfg, world, root / "pretrain")
+        ctx.log(stage="pretrain", model=model)
+    base = cfg.sft.model_dump(mode="json")
+    trainable = tune.with_parameters(sft_trial, base=base, model=model, seed=cfg.seed, world=world)
+    specs = trial_specs(cfg)
+    print(f"  sweep: {len(specs)} SFT trials, {cfg.max_concurrent_trials} at a time ...", flush=True)
+    results = run_tuner(trainable, {"spec": tune.grid_search(specs)}, storage_path=root / "tune", name="recipe",
+                        max_concurrent_trials=cfg.max_concurrent_trials)
+    trials = _collect(results, lambda c: c["spec"])
+    metrics: dict[str, Any] = {"data": world.stats, "pretrained_model": model, "trials": trials}
+
+    grid = [s for s in specs if "grid" in s["experiments"]]
+    if cfg.early.rerun_with_scheduler and len(grid) >= 2:
+        print(f"  early-termination sweep: the {len(grid)} grid trials again under the scheduler ...", flush=True)
+        stopper = EarlyDynamicsStopper(window=cfg.early.window, keep=cfg.early.keep, predictor=cfg.early.predictor,
+                                       min_trials=cfg.early.min_trials)
+        early = run_tuner(trainable, {"spec": tune.grid_search(grid)}, storage_path=root / "tune",
+                          name="early_stop", max_concurrent_trials=cfg.max_concurrent_trials, scheduler=stopper)
+        metrics["early_stop_trials"] = _collect(early, lambda c: c["spec"])
+    metrics.update(analyse(cfg, metrics))
+    from . import plots
+
+    plots.save_all(ctx, cfg, metrics)
+    return metrics
+
+
+def sweep(cfg: Config, space, ctx, scheduler: str, resume: bool) -> dict[str, Any]:
+    """``iclr-ray sweep sft_recipe --space FILE``: the space's ``sft.*`` values per trial, each trial
+    the SFT loop on the shared data and pre-trained model; ranked by the space's metric."""
+    from ray import tune
+
+    from ...sweep.scheduler import EarlyDynamicsStopper
+    from ...sweep.tuner import run_tuner
+
+    world = build_world(cfg, ctx.inputs or {})
+    root = ctx.run_dir.path
+    model = cfg.sft.model
+    marker = root / "pretrained_model.txt"
+    if cfg.pretrain.steps and model in TINY_MODELS:
+        if resume and marker.is_file():
+            model = marker.read_text().strip()
+        else:
+            print(f"  pre-training {model} for {cfg.pretrain.steps} steps ...", flush=True)
+            model = pretrain(cfg, world, root / "pretrain")
+            marker.write_text(model)
+    trainable = tune.with_parameters(sft_trial, base=cfg.sft.model_dump(mode="json"), model=model, seed=cfg.seed,
+                                     world=world)
+    stopper = None
+    if scheduler == "early":
+        stopper = EarlyDynamicsStopper(window=cfg.early.window, keep=cfg.early.keep, predictor=cfg.early.predictor,
+                                       min_trials=cfg.early.min_trials)
+    results = run_tuner(trainable, space.tune_param_space(), storage_path=root / "tune", name="sweep",
+                        max_concurrent_trials=space.max_concurrent_trials, num_samples=space.num_samples,
+                        scheduler=stopper, resume=resume)
+    rows = []
+    for r in results:
+        m = dict(r.metrics or {})
+        params = {k: (r.config or {}).get(k) for k in space.params}
+        rows.append({"params": params, space.metric: m.get(space.metric), "finished": m.get("score") is not None,
+                     "samples": m.get("samples"), "progress": m.get("progress"),
+                     "error": None if r.error is None else str(r.error).splitlines()[0]})
+    ranked = [r for r in rows if r[space.metric] is not None]
+    ranked.sort(key=lambda r: r[space.metric], reverse=space.mode == "max")
+    head = "| " + " | ".join([*space.params, space.metric, "finished", "rows seen"]) + " |"
+    table = [head, "|" + "---|" * (len(space.params) + 3)]
+    for r in ranked + [r for r in rows if r[space.metric] is None]:
+        table.append("| " + " | ".join([*(str(v) for v in r["params"].values()), str(r[space.metric]),
+                                         str(r["finished"]), str(r["samples"])]) + " |")
+    summary = {"trials": len(rows), "finished": sum(r["finished"] for r in rows), "rows": rows,
+               "best": ranked[0] if ranked else None, "metric": space.metric, "mode": space.mode,
+               "pretrained_model": model, "table": "\n".join(table)}
+    if len(space.params) == 2 and ranked:
+        from . import plots
+
+        fig = plots.sweep_heatmap(rows, list(space.params), space.metric)
+        if fig is not None:
+            ctx.save_plot(fig, "sweep_heatmap")
+    return summary
+
+
+# ----------------------------------------------------------------------------- analysis
+
+
+def _of(trials: list[dict], experiment: str) -> list[dict]:
+    return [t for t in trials if experiment in t["experiments"] and t["finished"]]
+
+
+def analyse(cfg: Config, metrics: dict[str, Any]) -> dict[str, Any]:
+    """The numbers the claims read, from the trials alone (so reports re-render from result.json)."""
+    trials = metrics["trials"]
+    out: dict[str, Any] = {}
+    for t in trials:
+        t["early_grad_norm"], t["early_loss"] = recipe.early_profile(t["curve"], cfg.early.window) \
+            if t["curve"] else (math.nan, math.nan)
+
+    grid = _of(trials, "grid")
+    batches = sorted({t["batch"] for t in grid})
+    if len(batches) >= 2:
+        def best_at(b):
+            return recipe.best_by([t for t in grid if t["batch"] == b], "score")
+        lo, hi = best_at(batches[0]), best_at(batches[-1])
+        out["batch"] = {"smallest": batches[0], "largest": batches[-1], "best_lr_smallest": lo["lr"],
+                        "best_lr_largest": hi["lr"], "score_smallest": lo["score"], "score_largest": hi["score"],
+                        "gap": hi["score"] - lo["score"]}
+        best = recipe.best_by(grid, "score")
+        out["grid_best"] = {"label": best["label"], "batch": best["batch"], "lr": best["lr"], "score": best["score"]}
+
+    predictive = [t for t in trials if {"grid", "warmup"} & set(t["experiments"]) and t["finished"]]
+    if len(predictive) >= 3:
+        score = [t["score"] for t in predictive]
+        out["early"] = {"n": len(predictive),
+                        "spearman_grad_norm": recipe.spearman([t["early_grad_norm"] for t in predictive], score),
+                        "spearman_loss": recipe.spearman([t["early_loss"] for t in predictive], score)}
+
+    warm = _of(trials, "warmup")
+    ws, ss = sorted({t["warmup_steps"] for t in warm}), sorted({t["schedule"] for t in warm})
+    pick = {(t["warmup_steps"], t["schedule"]): t["score"] for t in warm}
+    if len(ws) >= 2:
+        out["warmup_gap"] = max(abs(pick[(ws[-1], s)] - pick[(ws[0], s)]) for s in ss
+                                if (ws[-1], s) in pick and (ws[0], s) in pick)
+    if "constant" in ss and "cosine" in ss:
+        out["schedule_gap"] = max(abs(pick[(w, "constant")] - pick[(w, "cosine")]) for w in ws
+                                  if (w, "constant") in pick and (w, "cosine") in pick)
+
+    ph = {t["order"]: t for t in _of(trials, "phased")}
+    if {"stacked", "phased"} <= set(ph):
+        st, pa = ph["stacked"], ph["phased"]
+        curve = {k: [(c["samples"], c["eval_loss"]) for c in ph[k]["curve"] if "eval_loss" in c] for k in ph}
+        target = 1.05 * max(curve["stacked"][-1][1], curve["phased"][-1][1])
+        n_st, n_pa = recipe.samples_to_reach(curve["stacked"], target), recipe.samples_to_reach(curve["phased"], target)
+        out["phased"] = {"score_stacked": st["score"], "score_phased": pa["score"], "gap": st["score"] - pa["score"],
+                         "target_eval_loss": target, "samples_stacked": n_st, "samples_phased": n_pa,
+                         "sample_ratio": n_st / n_pa if n_pa else math.nan}
+
+    early_trials = metrics.get("early_stop_trials")
+    if early_trials and grid:
+        best = out["grid_best"]["label"]
+        survivor = {t["label"]: t for t in early_trials}.get(best)
+        full = sum(t["samples"] for t in grid)
+        spent = sum(t["samples"] for t in early_trials)
+        out["early_stop"] = {"best_label": best, "best_survived": bool(survivor and survivor["finished"]),
+                             "stopped": sum(not t["finished"] for t in early_trials), "trials": len(early_trials),
+                             "samples_full": full, "samples_with_scheduler": spent,
+                             "compute_saved": 1 - spent / full if full else math.nan,
+                             "best_under_scheduler": (recipe.best_by([t for t in early_trials if t["finished"]],
+                                                                     "score") or {}).get("label")}
+    return out
+
+
+def _num(x: Any) -> float:
+    """A measured value, NaN where result.json holds null (not measurable in this run)."""
+    return math.nan if x is None else float(x)
+
+
+def claims(metrics: dict[str, Any], cfg: Config) -> list[Claim]:
+    out: list[Claim] = []
+    tol = cfg.tolerance
+    if b := metrics.get("batch"):
+        out.append(Claim.at_least(
+            "large_batch_wins", "At an equal sample budget, the largest effective batch (at its best lr) scores at "
+            "least as well as the smallest batch (at its best lr)", _num(b["gap"]), 0.0,
+            note=f"batch {b['largest']} lr {b['best_lr_largest']:g}: {b['score_largest']:.3f} vs batch "
+                 f"{b['smallest']} lr {b['best_lr_smallest']:g}: {b['score_smallest']:.3f}"))
+    if e := metrics.get("early"):
+        out.append(Claim.at_most(
+            "early_grad_norm_predicts", "Lower early gradient norm predicts a better final score (Spearman < 0)",
+            _num(e["spearman_grad_norm"]), 0.0, note=f"{e['n']} trials, window {cfg.early.window:.0%} of the budget"))
+        out.append(Claim.at_least(
+            "early_loss_predicts", "Higher early training loss predicts a better final score (Spearman > 0)",
+            _num(e["spearman_loss"]), 0.0, note=f"{e['n']} trials"))
+    if "warmup_gap" in metrics:
+        out.append(Claim.at_most("warmup_unneeded", "Warmup makes little difference to the final score (|gap|)",
+                                 _num(metrics["warmup_gap"]), tol))
+    if "schedule_gap" in metrics:
+        out.append(Claim.at_most("constant_matches_cosine", "A constant lr matches cosine decay (|score gap|)",
+                                 _num(metrics["schedule_gap"]), tol))
+    if p := metrics.get("phased"):
+        out.append(Claim.at_least("stacked_matches_phased", "Stacked training scores about as well as phased "
+                                  "(stacked - phased)", _num(p["gap"]), -tol,
+                                  note=f"{p['score_stacked']:.3f} vs {p['score_phased']:.3f}"))
+        out.append(Claim.at_most("stacked_sample_efficient", "Stacked training reaches the common held-out loss "
+                                 "with fewer samples (stacked / phased samples)", _num(p["sample_ratio"]), 1.0,
+                                 note=f"target held-out loss {p['target_eval_loss']:.3f}: stacked "
+                                      f"{p['samples_stacked']} vs phased {p['samples_phased']} rows"))
+    if s := metrics.get("early_stop"):
+        out.append(Claim.at_least(
+            "early_stop_keeps_best", "Stopping trials by their early profile keeps the best configuration",
+            float(s["best_survived"]), 1.0,
+            note=f"{s['stopped']}/{s['trials']} trials stopped, {_num(s['compute_saved']):.0%} of the "
+                 "training rows saved"))
+    return out
+
+
+def report_md(metrics: dict[str, Any]) -> str:
+    lines = ["## Trials", "", "| trial | experiments | batch | lr | schedule | warmup | order | early grad norm | "
+             "early loss | knowledge | skills EM | score |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def f(x, fmt=".3f"):
+        return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
+
+    for t in metrics.get("trials", []):
+        know = t.get("knowledge_mc") if t.get("knowledge_mc") is not None else t.get("knowledge_em")
+        lines.append(f"| {t['label']} | {', '.join(t['experiments'])} | {t['batch']} | {t['lr']:g} | {t['schedule']} | "
+                     f"{t['warmup_steps']} | {t['order']} | {f(t.get('early_grad_norm'))} | {f(t.get('early_loss'))} | "
+                     f"{f(know)} | {f(t.get('skills_em'))} | {f(t.get('score'))} |")
+    if s := metrics.get("early_stop"):
+        lines += ["", "## Early termination vs the full grid", "",
+                  f"{s['stopped']} of {s['trials']} trials stopped; {s['samples_with_scheduler']} of "
+                  f"{s['samples_full']} training rows spent ({_num(s['compute_saved']):.0%} saved). Best of the full grid: "
+                  f"`{s['best_label']}` ({'survived' if s['best_survived'] else 'stopped'}); best under the "
+                  f"scheduler: `{s['best_under_scheduler']}`."]
+    if d := metrics.get("data"):
+        lines += ["", "## Data", "", ", ".join(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}"
+                                               for k, v in d.items())]
+    lines += ["", "Plots: `plots/loss_curves.png`, `plots/early_vs_score.png`, `plots/grid_heatmap.png`, "
+              "`plots/warmup_schedule.png`, `plots/phased_vs_stacked.png`; TensorBoard: "
+              "`tensorboard --logdir <run>/tune`."]
+    return "\n".join(lines)
+
