@@ -156,3 +156,55 @@ def test_real_tables_from_csv(ray_cluster, tmp_path):
     assert reg["source"] == "csv" and reg["join_rows"] == 1000 and reg["keys_x"] == 2000
     assert reg["r2_exact"] > 0.99
     assert yaml.safe_load((out / "config.yaml").read_text())["regression"]["key"] == "id"
+
+
+def _space(tmp_path, params: str):
+    path = tmp_path / "space.yaml"
+    path.write_text(f"metric: score\nmode: max\nparams:\n{params}")
+    return str(path)
+
+
+@pytest.mark.parametrize("make_args, message", [
+    (lambda t: ["sweep", "coord_sketch", "--space", _space(t, "  seeds: {grid: [1, 2]}\n")],
+     "study 'coord_sketch' has no sweep"),
+    (lambda t: ["sweep", "sft_recipe", "--space", str(t / "missing.yaml")], "missing.yaml"),
+    (lambda t: ["sweep", "sft_recipe", "--space", _space(t, "  sft.lrr: {grid: [0.1]}\n")], "unknown key 'sft.lrr'"),
+    (lambda t: ["sweep", "sft_recipe", "--space", _space(t, "  data.seq_len: {grid: [64, 128]}\n")],
+     "data.seq_len cannot vary between trials"),
+    (lambda t: ["sweep", "sft_recipe", "--space", _space(t, "  sft.lr: {loguniform: [0.1, 0.01]}\n")],
+     "low < high"),
+    (lambda t: ["sweep", "sft_recipe", "--space", _space(t, "  sft.lr: {grid: [0.1]}\n"), "--resume", str(t / "no")],
+     "no config.yaml there"),
+    (lambda t: ["run", "sft_recipe", "--set", "sft.num_workers=3"], "does not split over 3 workers"),
+    (lambda t: ["run", "sft_recipe", "--set", "sft.sample_budget=16"], "exceeds sft.sample_budget=16"),
+    (lambda t: ["run", "sft_recipe", "--set", f"sft.model={t}"], "is not a model checkpoint"),
+    (lambda t: ["run", "sft_recipe", "--set", f"data.knowledge_jsonl={_chat(t, 'k.jsonl', 3)}"],
+     "give both knowledge_jsonl and skills_jsonl"),
+    (lambda t: ["run", "sft_recipe", "--set", f"data.knowledge_jsonl={_chat(t, 'k.jsonl', 3, bad_line=2)}",
+                "--set", f"data.skills_jsonl={_chat(t, 's.jsonl', 3)}"], "k.jsonl:2: not valid JSON"),
+    (lambda t: ["run", "sft_recipe", "--set", f"data.knowledge_jsonl={_chat(t, 'k.jsonl', 3)}",
+                "--set", f"data.skills_jsonl={_chat(t, 's.jsonl', 3)}"], "need more than data.n_eval=120"),
+])
+def test_sft_recipe_and_sweep_errors_exit_2_before_ray(tmp_path, make_args, message):
+    args = make_args(tmp_path)
+    res = run_cli(*args, "--out", str(tmp_path / "out"), env={"RAY_ADDRESS": "127.0.0.1:1"})
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("iclr-ray: error: ") and message in lines[0], res.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def _chat(tmp_path, name: str, n: int, bad_line: int | None = None) -> str:
+    lines = [json.dumps({"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]})
+             for i in range(n)]
+    if bad_line:
+        lines[bad_line - 1] = '{"messages": ['
+    (tmp_path / name).write_text("\n".join(lines) + "\n")
+    return str(tmp_path / name)
+
+
+def test_unknown_model_name_exits_2_before_ray(tmp_path):
+    res = run_cli("run", "sft_recipe", "--set", "sft.model=nope-llama", "--out", str(tmp_path / "out"),
+                  env={"RAY_ADDRESS": "127.0.0.1:1", "HF_HUB_OFFLINE": "1"})
+    assert res.returncode == 2 and "neither a named tiny model" in res.stderr and len(res.stderr.splitlines()) == 1
+    assert not (tmp_path / "out").exists()

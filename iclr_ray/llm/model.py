@@ -12,9 +12,12 @@ from typing import Iterable
 from ..config import ConfigError
 
 # Named tiny models (Llama architecture). Sizes are chosen for 2-core CPUs: "tiny" trains at
-# thousands of tokens/s, "small" is the CPU benchmark size.
+# tens of thousands of tokens/s (tests, smoke), "mini" (0.8M parameters with a 512-token
+# vocabulary) at about 7,500 per core (sft_recipe's small preset), "small" is the CPU benchmark size.
 TINY_MODELS: dict[str, dict] = {
     "tiny-llama": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, max_position_embeddings=1024),
+    "mini-llama": dict(hidden_size=128, intermediate_size=344, num_hidden_layers=4, num_attention_heads=4,
                        num_key_value_heads=2, max_position_embeddings=1024),
     "small-llama": dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=8,
                         num_key_value_heads=4, max_position_embeddings=2048),

@@ -6,9 +6,9 @@ walks the same deterministic step schedule: the rows of optimiser step t are the
 run, so a resumed run continues with the data it would have seen. The loss of a step is
 normalised by the step's label tokens across all micro-batches and workers (loss.py).
 
-Each optimiser step reports loss, grad norm, lr, tokens/s and samples/s (and peak memory on GPU);
-every ``checkpoint_every`` steps a checkpoint holds the DeepSpeed state (all ranks) and, from rank
-0, the model and tokenizer in Hugging Face format (servable as is).
+Each optimiser step reports loss, grad norm, lr, tokens/s and samples/s (and peak memory and MFU
+on GPU); every ``checkpoint_every`` steps a checkpoint holds the DeepSpeed state (all ranks) and,
+from rank 0, the model and tokenizer in Hugging Face format (servable as is).
 """
 from __future__ import annotations
 
@@ -84,6 +84,27 @@ def step_rows(rows: list[PackedRow], step: int, cfg: TrainConfig, seed: int,
     return out
 
 
+# Dense peak tensor throughput per GPU (FLOP/s) at bf16 / fp32-with-TF32, from the vendors' data
+# sheets (SXM parts where there are several). MFU is reported only for GPUs named here.
+PEAK_FLOPS = {"H200": (989e12, 494e12), "H100": (989e12, 494e12), "A100": (312e12, 156e12),
+              "L40S": (362e12, 183e12), "A10G": (125e12, 62.5e12), "L4": (121e12, 60e12),
+              "V100": (125e12, 15.7e12)}
+
+
+def peak_flops(device_name: str, bf16: bool) -> float | None:
+    """The peak FLOP/s of a GPU by its name (``torch.cuda.get_device_name``), None if unknown."""
+    for key, (half, single) in PEAK_FLOPS.items():
+        if key in device_name.upper():
+            return half if bf16 else single
+    return None
+
+
+def flops_per_token(n_params: int, layers: int, hidden: int, seq_len: int) -> float:
+    """Training FLOPs per token: 6N for the matmuls with the weights (forward + backward) plus
+    the attention scores and values, 12 x layers x hidden x context (PaLM's MFU convention)."""
+    return 6.0 * n_params + 12.0 * layers * hidden * seq_len
+
+
 def deepspeed_config(cfg: TrainConfig, bf16: bool) -> dict[str, Any]:
     return {
         "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
@@ -134,6 +155,10 @@ def train_worker(config: dict[str, Any]) -> None:
         model = build_model(cfg.model, tokenizer, seed=cfg.seed)  # same seed: same weights on every rank
     else:
         model = AutoModelForCausalLM.from_pretrained(cfg.model)
+    peak = peak_flops(torch.cuda.get_device_name(device), bf16) if device.type == "cuda" else None
+    mc = model.config
+    token_flops = flops_per_token(sum(p.numel() for p in model.parameters()), getattr(mc, "num_hidden_layers", 0),
+                                  getattr(mc, "hidden_size", 0), len(rows[0].input_ids) if rows else 0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     scheduler = get_scheduler(SCHEDULES[cfg.schedule], optimizer, num_warmup_steps=cfg.warmup_steps,
                               num_training_steps=cfg.max_steps)
@@ -187,6 +212,8 @@ def train_worker(config: dict[str, Any]) -> None:
             metrics.update(_eval_losses(engine, eval_sets, cfg.micro_batch_size, rank, world, device))
         if device.type == "cuda":
             metrics["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 2**30
+            if peak:  # model FLOPs utilisation over all workers
+                metrics["mfu"] = metrics["tokens_per_s"] * token_flops / (peak * world)
         if last or (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
             with tempfile.TemporaryDirectory() as d:
                 engine.save_checkpoint(str(Path(d) / "deepspeed"), tag=f"step{step + 1}",

@@ -95,3 +95,11 @@ def test_step_rows_follows_a_given_order_and_cycles_it(corpus):
     order = [3, 1, 4, 1, 5]
     assert train.step_rows(rows, 0, cfg, 0, order) == [rows[3], rows[1], rows[4], rows[1]]
     assert train.step_rows(rows, 1, cfg, 0, order) == [rows[5], rows[3], rows[1], rows[4]]
+
+
+def test_mfu_inputs():
+    assert train.peak_flops("NVIDIA H100 80GB HBM3", bf16=True) == 989e12
+    assert train.peak_flops("NVIDIA A100-SXM4-40GB", bf16=False) == 156e12
+    assert train.peak_flops("Some Future GPU", bf16=True) is None
+    # a 7B model at 4k context: ~6N dominates, attention adds 12*L*d*T
+    assert train.flops_per_token(7_000_000_000, 32, 4096, 4096) == pytest.approx(6 * 7e9 + 12 * 32 * 4096 * 4096)

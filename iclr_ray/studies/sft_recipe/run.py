@@ -42,6 +42,15 @@ def prepare(cfg: Config) -> dict[str, Any]:
         path = Path(model).expanduser()
         if (path.exists() or model.startswith((".", "/", "~"))) and not (path / "config.json").is_file():
             raise ConfigError(f"sft.model: {model} is not a model checkpoint (no config.json there)")
+        if not path.exists():  # an HF id: its config must resolve (hub or local cache) before Ray starts
+            from transformers import AutoConfig
+
+            try:
+                AutoConfig.from_pretrained(model)
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"sft.model: {model!r} is neither a named tiny model "
+                                  f"({', '.join(TINY_MODELS)}) nor a loadable checkpoint: "
+                                  f"{str(exc).splitlines()[0]}") from None
     inputs: dict[str, Any] = {}
     if cfg.data.knowledge_jsonl is not None:
         inputs["knowledge"] = llm_data.read_chat_jsonl(cfg.data.knowledge_jsonl)
