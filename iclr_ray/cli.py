@@ -1,4 +1,4 @@
-"""``iclr-ray list | run | sweep | report | doctor``.
+"""``iclr-ray list | run | sweep | serve | report | doctor``.
 
 Every user error (unknown study, bad config key or type, unreadable file, unusable run
 directory) prints one line to stderr and exits 2 before Ray starts.
@@ -51,6 +51,16 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--resume", metavar="DIR", help="finish an interrupted sweep in DIR (Tuner.restore)")
     sw.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else embedded local Ray)")
 
+    sv = sub.add_parser("serve", help="serve a model over OpenAI-compatible HTTP with Ray Serve")
+    sv.add_argument("app", choices=("generate", "embed"),
+                    help="generate: /v1/completions, /v1/chat/completions; embed: /v1/embeddings")
+    sv.add_argument("--model", help="checkpoint dir, run dir or HF id (embed: default all-MiniLM-L6-v2)")
+    sv.add_argument("--config", metavar="FILE", help="a Serve config YAML (clusters/serve/*.yaml); its "
+                    "application named APP gives the args, --model overrides")
+    sv.add_argument("--host", help="bind address (default: the config's, else 127.0.0.1)")
+    sv.add_argument("--port", type=int, help="HTTP port (default: the config's, else 8000)")
+    sv.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else embedded local Ray)")
+
     rep = sub.add_parser("report", help="re-render report.md and the claims table of a run directory")
     rep.add_argument("run_dir")
 
@@ -61,11 +71,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command in ("run", "sweep") and not (args.address or os.environ.get("RAY_ADDRESS")):
+    if args.command in ("run", "sweep", "serve") and not (args.address or os.environ.get("RAY_ADDRESS")):
         # Embedded Ray binds to 127.0.0.1 only, not to every interface of the laptop (read by
         # Ray when it is first imported, so before any study module loads).
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    handler = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "report": cmd_report,
+    handler = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "serve": cmd_serve, "report": cmd_report,
                "doctor": cmd_doctor}[args.command]
     try:
         return handler(args)
@@ -168,6 +178,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
           f"({summary.get('finished', 0)}/{summary.get('trials', 0)} trials finished) in {seconds:.0f} s; "
           f"TensorBoard: tensorboard --logdir {run_dir.path / 'tune'}")
     return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .serve.launch import check_model, load_serve_config, serve_forever
+
+    app_args, http = load_serve_config(args.app, args.config)
+    if args.model:
+        app_args["model"] = args.model
+    check_model(args.app, app_args.get("model"))
+    http = {"host": args.host or http.get("host", "127.0.0.1"), "port": args.port or http.get("port", 8000)}
+    from .runtime import resolve_address
+
+    address = None if _ray_initialized() else resolve_address(args.address)
+    return serve_forever(args.app, app_args, http, address)
 
 
 def _ray_initialized() -> bool:

