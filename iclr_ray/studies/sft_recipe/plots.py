@@ -122,7 +122,8 @@ def phased_vs_stacked(trials) -> plt.Figure | None:
         for key, style in (("eval_loss", "-"), ("eval_loss_knowledge", ":"), ("eval_loss_skills", "--")):
             ax.plot([s["samples"] for s in c], [s[key] for s in c], style, color=color,
                     label=f"{order}: {key.replace('eval_loss', 'held-out').replace('_', ' ')}")
-    ax.set(xlabel="training rows seen", ylabel="held-out loss / token", title="phased (knowledge, then skills) vs stacked")
+    ax.set(xlabel="training rows seen", ylabel="held-out loss / token",
+           title="phased (knowledge, then skills) vs stacked")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -216,7 +216,8 @@ def evaluate_checkpoint(path: Path, world: World, max_new_tokens: int) -> dict[s
     model, tok = load_pretrained(path)
     out: dict[str, float] = {}
     for half, items in world.eval_em.items():
-        out[f"{half}_em"] = exact_match(model, tok, [(i.prompt, i.answer) for i in items], max_new_tokens)["exact_match"]
+        pairs = [(i.prompt, i.answer) for i in items]
+        out[f"{half}_em"] = exact_match(model, tok, pairs, max_new_tokens)["exact_match"]
     if world.eval_mc:
         out["knowledge_mc"] = mc_accuracy(model, tok, world.eval_mc)["mc_accuracy"]
     knowledge = out.get("knowledge_mc", out["knowledge_em"])
@@ -484,7 +485,8 @@ def report_md(metrics: dict[str, Any]) -> str:
     if s := metrics.get("early_stop"):
         lines += ["", "## Early termination vs the full grid", "",
                   f"{s['stopped']} of {s['trials']} trials stopped; {s['samples_with_scheduler']} of "
-                  f"{s['samples_full']} training rows spent ({_num(s['compute_saved']):.0%} saved). Best of the full grid: "
+                  f"{s['samples_full']} training rows spent ({_num(s['compute_saved']):.0%} saved). "
+                  "Best of the full grid: "
                   f"`{s['best_label']}` ({'survived' if s['best_survived'] else 'stopped'}); best under the "
                   f"scheduler: `{s['best_under_scheduler']}`."]
     if d := metrics.get("data"):
