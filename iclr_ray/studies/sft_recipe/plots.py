@@ -34,15 +34,15 @@ def loss_curves(trials) -> plt.Figure:
 
 def early_vs_score(trials, metrics, window: float) -> plt.Figure:
     pts = [t for t in trials if t["finished"] and {"grid", "warmup"} & set(t["experiments"])]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     e = metrics.get("early", {})
     for ax, key, rho, name in ((axes[0], "early_grad_norm", e.get("spearman_grad_norm"), "early grad norm"),
                                (axes[1], "early_loss", e.get("spearman_loss"), "early training loss")):
         sc = ax.scatter([t[key] for t in pts], [t["score"] for t in pts], c=[math.log10(t["lr"]) for t in pts],
                         s=[20 + 2 * t["batch"] ** 0.8 for t in pts], cmap="viridis")
-        title = f"{name} (first {window:.0%}) vs final score"
+        title = f"{name} over the first {window:.0%}\nvs final score"
         if rho is not None and math.isfinite(rho):
-            title += f"\nSpearman {rho:+.2f}"
+            title += f" (Spearman {rho:+.2f})"
         ax.set(xlabel=name, ylabel="final score", title=title)
         ax.grid(alpha=0.3)
     fig.colorbar(sc, ax=axes, label="log10 lr (marker size: batch)")

@@ -179,14 +179,15 @@ def _train_config(sft: Sft, model: str, seed: int):
                        max_failures=1, seed=seed)
 
 
-def sft_trial(config: dict[str, Any], *, base: dict[str, Any], model: str, seed: int, world: World) -> None:
+def sft_trial(config: dict[str, Any], *, base: dict[str, Any], model: str, seed: int, world: World,
+              window: float = 0.1) -> None:
     """One Tune trial: SFT with the spec's recipe through Ray Train (each step reported to Tune),
     then the held-out scores of the final checkpoint. ``config`` is either ``{"spec": spec}``
     (the study's experiments) or flat ``sft.<key>`` values (``iclr-ray sweep``)."""
     from ray import tune
-    from ray.tune.integration.ray_train import TuneReportCallback
 
     from ...llm.train import fit
+    from ...sweep.tuner import thinned_tune_report
 
     spec = config.get("spec") or {"label": "sweep", "order": "stacked",
                                   "sft": {k.split(".", 1)[1]: v for k, v in config.items() if k.startswith("sft.")}}
@@ -198,7 +199,7 @@ def sft_trial(config: dict[str, Any], *, base: dict[str, Any], model: str, seed:
         order = recipe.phased_order(len(world.knowledge_rows), len(world.skills_rows), sft.sample_budget, seed)
     trial_dir = tune.get_context().get_trial_dir()
     result = fit(tcfg, rows, world.tokenizer(), trial_dir, "train", order=order, eval_rows=world.eval_rows,
-                 callbacks=[TuneReportCallback()])
+                 callbacks=[thinned_tune_report(tcfg.max_steps, dense_until=2 * window)])
     if result.error is not None:
         raise result.error
     with result.checkpoint.as_directory() as d:
@@ -280,7 +281,8 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
         model = pretrain(cfg, world, root / "pretrain")
         ctx.log(stage="pretrain", model=model)
     base = cfg.sft.model_dump(mode="json")
-    trainable = tune.with_parameters(sft_trial, base=base, model=model, seed=cfg.seed, world=world)
+    trainable = tune.with_parameters(sft_trial, base=base, model=model, seed=cfg.seed, world=world,
+                                     window=cfg.early.window)
     specs = trial_specs(cfg)
     print(f"  sweep: {len(specs)} SFT trials, {cfg.max_concurrent_trials} at a time ...", flush=True)
     results = run_tuner(trainable, {"spec": tune.grid_search(specs)}, storage_path=root / "tune", name="recipe",
@@ -323,7 +325,7 @@ def sweep(cfg: Config, space, ctx, scheduler: str, resume: bool) -> dict[str, An
             model = pretrain(cfg, world, root / "pretrain")
             marker.write_text(model)
     trainable = tune.with_parameters(sft_trial, base=cfg.sft.model_dump(mode="json"), model=model, seed=cfg.seed,
-                                     world=world)
+                                     world=world, window=cfg.early.window)
     stopper = None
     if scheduler == "early":
         stopper = EarlyDynamicsStopper(window=cfg.early.window, keep=cfg.early.keep, predictor=cfg.early.predictor,
