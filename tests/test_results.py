@@ -52,8 +52,8 @@ def test_run_dir_contract(tmp_path):
         RunDir(tmp_path / "run").create()
 
 
-def test_result_must_be_finite(tmp_path):
+def test_non_finite_numbers_are_written_as_null(tmp_path):
+    # JSON has no NaN or infinity; a value that could not be measured reads as null
     rd = RunDir(tmp_path / "run").create()
-    with pytest.raises(ValueError):
-        rd.write_result({"x": float("nan")})
-    assert not (rd.path / "result.json").exists()
+    rd.write_result({"x": float("nan"), "y": [1.0, float("inf")], "z": {"w": -float("inf"), "v": 2}})
+    assert rd.read_result() == {"x": None, "y": [1.0, None], "z": {"w": None, "v": 2}}
