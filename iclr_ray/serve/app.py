@@ -127,6 +127,8 @@ class Generator:
                            param="model", code="model_not_found")
 
     def _params(self, req, prompt_len: int, max_tokens: int) -> SamplingParams:
+        if prompt_len == 0:
+            raise APIError(400, "the prompt is empty (no tokens to continue from)", param="prompt")
         if prompt_len + max_tokens > self.context:
             raise APIError(400, f"prompt ({prompt_len} tokens) + max_tokens ({max_tokens}) exceeds the model's "
                                 f"context of {self.context} tokens", param="max_tokens",

@@ -146,6 +146,7 @@ def test_concurrent_requests_are_batched_without_changing_answers(served):
     ("/v1/completions", {"model": "nope", "prompt": "hi"}, 404, "model"),
     ("/v1/completions", {"model": "tiny-sft", "prompt": "hi", "max_tokens": 5000}, 400, "max_tokens"),
     ("/v1/completions", {"model": "tiny-sft", "prompt": "hi", "temperature": -1}, 400, "temperature"),
+    ("/v1/completions", {"model": "tiny-sft", "prompt": ""}, 400, "prompt"),
     ("/v1/chat/completions", {"model": "tiny-sft", "messages": []}, 400, "messages"),
     ("/v1/chat/completions", {"model": "tiny-sft", "messages": [{"role": "robot", "content": "x"}]}, 400,
      "messages.0.role"),
