@@ -49,39 +49,21 @@ def early_vs_score(trials, metrics, window: float) -> plt.Figure:
     return fig
 
 
-def grid_heatmap(trials) -> plt.Figure | None:
-    grid = _finished(trials, "grid")
-    batches, lrs = sorted({t["batch"] for t in grid}), sorted({t["lr"] for t in grid})
-    if not grid:
-        return None
-    z = np.full((len(batches), len(lrs)), np.nan)
-    for t in grid:
-        z[batches.index(t["batch"]), lrs.index(t["lr"])] = t["score"]
-    fig, ax = plt.subplots(figsize=(1.6 * len(lrs) + 2, 1.1 * len(batches) + 1.5))
-    im = ax.imshow(z, cmap="viridis", origin="lower", aspect="auto")
-    for i in range(len(batches)):
-        for j in range(len(lrs)):
-            if np.isfinite(z[i, j]):
-                ax.text(j, i, f"{z[i, j]:.3f}", ha="center", va="center", color="w", fontsize=9)
-    ax.set_xticks(range(len(lrs)), [f"{x:g}" for x in lrs])
-    ax.set_yticks(range(len(batches)), [str(b) for b in batches])
-    ax.set(xlabel="learning rate", ylabel="effective batch (rows)", title="final score, equal sample budget")
-    fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    return fig
+def _ordered(values) -> list:
+    values = set(values)
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    return sorted(values) if numeric else sorted(values, key=str)
 
 
-def sweep_heatmap(rows, keys: list[str], metric: str) -> plt.Figure | None:
-    """Mean ``metric`` over trials at each pair of the two swept values (a sweep's heat map)."""
-    done = [r for r in rows if r.get(metric) is not None]
-    xs = sorted({r["params"][keys[1]] for r in done}, key=str)
-    ys = sorted({r["params"][keys[0]] for r in done}, key=str)
-    if not done:
+def mean_heatmap(points: list[tuple], ylabel: str, xlabel: str, title: str) -> plt.Figure | None:
+    """A heat map of the mean value per (y, x) cell of ``points`` = [(y, x, value), ...]."""
+    if not points:
         return None
+    ys, xs = _ordered(p[0] for p in points), _ordered(p[1] for p in points)
     z = np.full((len(ys), len(xs)), np.nan)
     for i, y in enumerate(ys):
         for j, x in enumerate(xs):
-            vals = [r[metric] for r in done if r["params"][keys[0]] == y and r["params"][keys[1]] == x]
+            vals = [v for py, px, v in points if py == y and px == x]
             if vals:
                 z[i, j] = float(np.mean(vals))
     fig, ax = plt.subplots(figsize=(1.6 * len(xs) + 2, 1.1 * len(ys) + 1.5))
@@ -90,12 +72,24 @@ def sweep_heatmap(rows, keys: list[str], metric: str) -> plt.Figure | None:
         for j in range(len(xs)):
             if np.isfinite(z[i, j]):
                 ax.text(j, i, f"{z[i, j]:.3f}", ha="center", va="center", color="w", fontsize=9)
-    ax.set_xticks(range(len(xs)), [str(x) for x in xs])
+    ax.set_xticks(range(len(xs)), [f"{x:g}" if isinstance(x, float) else str(x) for x in xs])
     ax.set_yticks(range(len(ys)), [str(y) for y in ys])
-    ax.set(xlabel=keys[1], ylabel=keys[0], title=f"{metric} (finished trials; stopped ones blank)")
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     return fig
+
+
+def grid_heatmap(trials) -> plt.Figure | None:
+    return mean_heatmap([(t["batch"], t["lr"], t["score"]) for t in _finished(trials, "grid")],
+                        "effective batch (rows)", "learning rate", "final score, equal sample budget")
+
+
+def sweep_heatmap(rows, keys: list[str], metric: str) -> plt.Figure | None:
+    """Mean ``metric`` over trials at each pair of the two swept values (a sweep's heat map)."""
+    return mean_heatmap([(r["params"][keys[0]], r["params"][keys[1]], r[metric]) for r in rows
+                         if r.get(metric) is not None], keys[0], keys[1],
+                        f"{metric} (finished trials; stopped ones blank)")
 
 
 def warmup_schedule(trials) -> plt.Figure | None:
