@@ -16,7 +16,7 @@ from typing import Sequence
 from . import studies
 from .claims import Claim, claims_table, summary_line
 from .config import PRESETS, ConfigError, resolve, to_yaml
-from .results import RunDir, RunDirError, default_run_dir
+from .results import RunDir, RunDirError, atomic_write_text, default_run_dir
 
 EXIT_USAGE = 2
 USER_ERRORS = (ConfigError, RunDirError, studies.StudyUnavailable)
@@ -174,6 +174,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                           "scheduler": args.scheduler, "config": cfg.model_dump(mode="json"), "metrics": summary,
                           "claims": [], "seconds": seconds})
     best = summary.get("best") or {}
+    plots = sorted(p.name for p in run_dir.plots.glob("*.png"))
+    atomic_write_text(run_dir.path / "report.md", "\n".join([
+        f"# {study.title} — sweep", "",
+        f"Space `{args.space}`, scheduler `{args.scheduler}`, {summary.get('finished', 0)} of "
+        f"{summary.get('trials', 0)} trials finished in {seconds:.0f} s; ranked by {space.metric} ({space.mode}).", "",
+        summary.get("table", ""), "", f"Best: `{best.get('params')}` {space.metric} = {best.get(space.metric)}", "",
+        *[f"![{p}](plots/{p})" for p in plots],
+        f"TensorBoard: `tensorboard --logdir {run_dir.path / 'tune'}`", ""]))
     print(f"\n{summary.get('table', '')}\n\nbest: {best.get('params')} {space.metric}={best.get(space.metric)} "
           f"({summary.get('finished', 0)}/{summary.get('trials', 0)} trials finished) in {seconds:.0f} s; "
           f"TensorBoard: tensorboard --logdir {run_dir.path / 'tune'}")

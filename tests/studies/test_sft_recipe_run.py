@@ -58,6 +58,7 @@ def test_sweep_with_the_early_termination_scheduler(ray_cluster, tmp_path):
     assert 1 <= len(stopped) <= 2  # keep=0.5: the worse of each comparison stops at the window
     assert all(r["samples"] < 32 and r["error"] is None for r in stopped)
     assert m["best"]["finished"] and m["best"]["score"] is not None
+    assert "| sft.lr | score |" in (out / "report.md").read_text()
 
 
 def test_interrupted_sweep_resumes_with_tuner_restore(ray_cluster, tmp_path):
