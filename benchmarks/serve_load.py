@@ -18,7 +18,6 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
-import socket  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -27,15 +26,11 @@ import httpx  # noqa: E402
 import torch  # noqa: E402
 
 from iclr_ray.llm import model  # noqa: E402
+from iclr_ray.runtime import free_port  # noqa: E402
 from iclr_ray.serve import decoding, launch  # noqa: E402
 
 WORDS = "apple river stone cloud maple tiger ember frost lake pine ridge dune".split()
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -92,7 +87,7 @@ def main() -> None:
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
-    port = _free_port()
+    port = free_port()
     rows = {}
     try:
         for label, batch in (("batching off (max_batch_size 1)", 1), ("batching on (max_batch_size 8)", 8)):

@@ -66,7 +66,7 @@ def connect(address: str | None = None, quiet: bool = True) -> Iterator[dict[str
             # Tune frees a stopped trial's placement groups through the State API, which finds
             # the dashboard by RAY_API_SERVER_ADDRESS; without it they leak and the next trial
             # hangs on worker start-up (shared/MEASURED.md). So: the dashboard on a known port.
-            port = _free_port()
+            port = free_port()
             env["RAY_API_SERVER_ADDRESS"] = os.environ["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{port}"
             dashboard = {"include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": port}
         # address="local" always starts a new embedded Ray: plain ray.init() would attach to
@@ -80,7 +80,8 @@ def connect(address: str | None = None, quiet: bool = True) -> Iterator[dict[str
             ray.shutdown()
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -2,7 +2,6 @@
 cluster), a checkpoint trained by the backbone's Ray Train loop, and a real HTTP client."""
 import asyncio
 import json
-import socket
 import time
 
 import pytest
@@ -11,17 +10,13 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
 from iclr_ray.llm import data, model, train  # noqa: E402
+from iclr_ray.runtime import free_port  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 CHATS = [[{"role": "user", "content": f"say {w} twice"}, {"role": "assistant", "content": f"{w} {w}"}]
          for w in ["apple", "river", "stone", "cloud", "maple", "tiger", "ember", "frost"] * 6]
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +32,7 @@ def served(ray_cluster, tmp_path_factory):
     rows = data.pack(data.encode_all(tok, CHATS, 64), 64, tok.pad_token_id)
     res = train.fit(train.TrainConfig(max_steps=3, num_workers=1, lr=3e-3), rows, tok, store, "sft")
     assert res.error is None
-    port = _free_port()
+    port = free_port()
     http = {"host": "127.0.0.1", "port": port}
     opts = {"ray_actor_options": {"num_cpus": 0.5}}
     launch.check_model("generate", str(store / "sft"))

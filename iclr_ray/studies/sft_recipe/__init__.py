@@ -1,8 +1,9 @@
 """Study 8: Unveiling the Secret Recipe: A Guide for Supervised Fine-Tuning Small LLMs
 (Pareja et al.; ICLR 2025)."""
 from .. import Study
+from .analysis import claims, report_md
 from .config import PRESETS, Config
-from .run import claims, prepare, report_md, run, sweep
+from .run import prepare, run, sweep
 
 STUDY = Study(
     id="sft_recipe",
