@@ -60,7 +60,7 @@ def connect(address: str | None = None, quiet: bool = True) -> Iterator[dict[str
         # cluster's or the job's runtime env decides (clusters/runtime_env.yaml).
         # Train V2's controller polls every 2 s by default, blocking each report (MEASURED.md).
         env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-               "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1"}
+               "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": os.environ.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.1")}
         dashboard: dict[str, Any] = {}
         if not address:
             # Tune frees a stopped trial's placement groups through the State API, which finds

@@ -7,13 +7,141 @@ Each trial holds a sliver of CPU (0.01) and its Train workers the rest (0.99 eac
 Results land in ``storage_path/name``: Tune's own experiment state (``Tuner.restore`` resumes an
 interrupted sweep from it), per-trial ``result.json``/``progress.csv`` and TensorBoard event files
 (``tensorboard --logdir storage_path/name``).
+
+Tune copies its experiment state into the sweep directory in place, so a driver killed during
+that copy leaves an empty ``experiment_state-*.json``, and ``Tuner.restore`` then silently
+restarts the sweep from nothing (with an empty search space). :class:`KeepLastGoodState` keeps a
+copy of the last complete state files and :func:`repair_state` puts it back before a restore.
 """
 from __future__ import annotations
 
+import json
+import logging
+import os
+import pickle
+import shutil
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ray.tune import Callback
+
+from ..results import atomic_write_bytes
+
 TRIAL_CPU = 0.01
+STATE_BACKUP = ".last_good_state"
+STATE_PERIOD_S = "5"  # Tune's experiment-state period (its "auto" is >= 10 s); the files are small
+log = logging.getLogger(__name__)
+
+
+STATE_PREFIXES = ("experiment_state-", "basic-variant-state-", "search_gen_state-", "searcher-state-",
+                  "callback-states-")
+
+
+def _state_files(path: Path) -> dict[str, list[Path]]:
+    """Tune's state files in ``path`` grouped by the session that wrote them (the timestamp in
+    ``experiment_state-<session>.json``, ``basic-variant-state-<session>.json``, ...)."""
+    groups: dict[str, list[Path]] = {}
+    for f in sorted(path.iterdir()) if path.is_dir() else []:
+        for prefix in STATE_PREFIXES:
+            if f.is_file() and f.name.startswith(prefix) and f.suffix in (".json", ".pkl"):
+                groups.setdefault(f.name[len(prefix):-len(f.suffix)], []).append(f)
+    return groups
+
+
+def _complete(path: Path) -> bool:
+    """Whether a Tune state file is whole: the experiment state is JSON, the searcher and
+    callback states are (cloud)pickles, whatever their suffix."""
+    try:
+        data = path.read_bytes()
+        if path.name.startswith("experiment_state-"):
+            json.loads(data)
+        else:
+            pickle.loads(data)
+        return True
+    except Exception:  # a cut-off file fails in many ways: ValueError, EOFError, UnpicklingError, ...
+        return False
+
+
+class KeepLastGoodState(Callback):
+    """Driver-side Tune callback keeping a whole, consistent copy of the sweep's state.
+
+    Tune writes its state files (experiment, searcher, callbacks) one after another into a local
+    staging directory in the driver's main loop, then copies them into the sweep directory in a
+    background thread. A driver killed during that copy leaves a cut-off file, or a mix of two
+    saves (a searcher that has generated a trial the experiment state does not list yet, which a
+    restore then never runs). So after each controller step (which follows any save), this copies
+    the staging set, when it changed, into ``STATE_BACKUP/<session>.<n>/`` and then points
+    ``STATE_BACKUP/<session>.current`` at it (an atomic rename): a kill at any moment leaves the
+    previous set or the new one, never a mix. :func:`repair_state` puts it back."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._seen: dict[str, tuple[int, int]] = {}
+        self._n = 0
+
+    def snapshot(self, staging: Path) -> None:
+        for session, files in _state_files(staging).items():
+            keys = {f.name: (f.stat().st_mtime_ns, f.stat().st_size) for f in files}
+            if all(self._seen.get(k) == v for k, v in keys.items()) or not all(_complete(f) for f in files):
+                continue
+            backup = self.path / STATE_BACKUP
+            self._n += 1
+            target = backup / f"{session}.{self._n}"
+            for f in files:
+                atomic_write_bytes(target / f.name, f.read_bytes())
+            pointer = backup / f"{session}.current"
+            old = pointer.read_text().strip() if pointer.is_file() else None
+            atomic_write_bytes(pointer, target.name.encode())
+            if old and old != target.name:
+                shutil.rmtree(backup / old, ignore_errors=True)
+            self._seen.update(keys)
+
+    def on_step_end(self, iteration, trials, **info):
+        if trials:
+            self.snapshot(Path(trials[0].storage.experiment_driver_staging_path))
+
+    def on_experiment_end(self, trials, **info):
+        self.on_step_end(0, trials)
+
+
+def repair_state(path: str | Path) -> dict[str, str]:
+    """Before ``Tuner.restore``: for each session's state files in the sweep at ``path``, newest
+    first, put back the last consistent copy :class:`KeepLastGoodState` made; a session with no
+    copy is a driver killed in its first seconds, and its files go if any is cut off. Stops at the
+    first session whose state is whole (``Tuner.restore`` reads only the newest). Returns
+    ``{session: "restored" | "removed" | "kept"}``."""
+    path = Path(path)
+    out: dict[str, str] = {}
+    for session, files in sorted(_state_files(path).items(), reverse=True):
+        pointer = path / STATE_BACKUP / f"{session}.current"
+        copy = path / STATE_BACKUP / pointer.read_text().strip() if pointer.is_file() else None
+        if copy is not None and copy.is_dir():
+            good = {f.name: f.read_bytes() for f in copy.iterdir()}
+            if {f.name: f.read_bytes() for f in files} == good:
+                out[session] = "kept"
+                return out
+            for f in files:
+                f.unlink()
+            for name, data in good.items():
+                atomic_write_bytes(path / name, data)
+            out[session] = "restored"
+            return out
+        if all(_complete(f) for f in files):
+            out[session] = "kept"
+            return out
+        for f in files:
+            f.unlink()
+        out[session] = "removed"
+    return out
+
+
+def can_restore(path: str | Path) -> bool:
+    """A sweep at ``path`` that ``Tuner.restore`` can continue: its pickled Tuner is complete and
+    its newest experiment state is whole (call :func:`repair_state` first)."""
+    path = Path(path)
+    tuner = path / "tuner.pkl"
+    states = sorted(path.glob("experiment_state-*.json"))
+    return tuner.is_file() and tuner.stat().st_size > 0 and bool(states) and _complete(states[-1])
 
 
 def run_tuner(trainable: Callable[[dict], None], param_space: Mapping[str, Any], *, storage_path: str | Path,
@@ -27,21 +155,44 @@ def run_tuner(trainable: Callable[[dict], None], param_space: Mapping[str, Any],
     mode)`` or :func:`trial_rows`."""
     from ray import tune
 
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", STATE_PERIOD_S)
     storage = Path(storage_path).resolve()
     storage.mkdir(parents=True, exist_ok=True)
     resourced = tune.with_resources(trainable, {"cpu": TRIAL_CPU})
     path = storage / name
-    if resume and tune.Tuner.can_restore(str(path)):
+    if resume and path.is_dir():
+        for session, what in repair_state(path).items():
+            if what != "kept":
+                log.warning("sweep state of session %s at %s: %s (from the last consistent copy)", session, path,
+                            what)
+    if resume and can_restore(path):
         tuner = tune.Tuner.restore(str(path), trainable=resourced, resume_unfinished=True, resume_errored=True)
     else:
+        if resume and path.is_dir():
+            log.warning("no complete sweep state at %s: starting the sweep again", path)
         tuner = tune.Tuner(
             resourced,
             param_space=dict(param_space),
             tune_config=tune.TuneConfig(scheduler=scheduler, num_samples=num_samples,
                                         max_concurrent_trials=max_concurrent_trials),
-            run_config=tune.RunConfig(name=name, storage_path=str(storage), verbose=verbose),
+            run_config=tune.RunConfig(name=name, storage_path=str(storage), verbose=verbose,
+                                      callbacks=[KeepLastGoodState(path)]),
         )
     return tuner.fit()
+
+
+def trial_storage_dir() -> Path:
+    """Inside a trial: its directory in the sweep's storage, the one ``ResultGrid`` paths point at
+    and a resumed sweep finds again. (``get_trial_dir()`` is a working copy in this Ray session's
+    temp dir, which a restarted driver does not see, so Train checkpoints written there are lost.)
+    Storage that is not a local or mounted filesystem falls back to that working copy."""
+    from ray import tune
+
+    ctx = tune.get_context()
+    storage = ctx.get_storage()
+    if storage is not None and storage.storage_filesystem.type_name == "local":
+        return Path(storage.trial_fs_path)
+    return Path(ctx.get_trial_dir())
 
 
 def thinned_tune_report(total_steps: int, dense_until: float = 0.2, reports: int = 40):

@@ -9,12 +9,14 @@ steps to Tune, and ends by scoring its final checkpoint on the held-out sets.
 """
 from __future__ import annotations
 
+import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ...config import ConfigError, deep_merge
+from ...results import atomic_write_text
 from ...llm import data as llm_data
 from ...llm.evaluate import MCItem, read_mc_jsonl
 from ...llm.model import TINY_MODELS
@@ -187,7 +189,7 @@ def sft_trial(config: dict[str, Any], *, base: dict[str, Any], model: str, seed:
     from ray import tune
 
     from ...llm.train import fit
-    from ...sweep.tuner import thinned_tune_report
+    from ...sweep.tuner import thinned_tune_report, trial_storage_dir
 
     spec = config.get("spec") or {"label": "sweep", "order": "stacked",
                                   "sft": {k.split(".", 1)[1]: v for k, v in config.items() if k.startswith("sft.")}}
@@ -197,14 +199,20 @@ def sft_trial(config: dict[str, Any], *, base: dict[str, Any], model: str, seed:
     order = None
     if spec["order"] == "phased":
         order = recipe.phased_order(len(world.knowledge_rows), len(world.skills_rows), sft.sample_budget, seed)
-    trial_dir = tune.get_context().get_trial_dir()
+    trial_dir = trial_storage_dir()
+    final = trial_dir / "final.json"
+    if final.is_file():  # a resumed sweep whose last saved state predates this trial's end
+        tune.report(json.loads(final.read_text()))
+        return
     result = fit(tcfg, rows, world.tokenizer(), trial_dir, "train", order=order, eval_rows=world.eval_rows,
                  callbacks=[thinned_tune_report(tcfg.max_steps, dense_until=2 * window)])
     if result.error is not None:
         raise result.error
     with result.checkpoint.as_directory() as d:
         scores = evaluate_checkpoint(Path(d) / "model", world, sft.max_new_tokens)
-    tune.report({**scores, "progress": 1.0, "samples": tcfg.max_steps * tcfg.rows_per_step()})
+    scores = {**scores, "progress": 1.0, "samples": tcfg.max_steps * tcfg.rows_per_step()}
+    atomic_write_text(final, json.dumps(scores))
+    tune.report(scores)
 
 
 def evaluate_checkpoint(path: Path, world: World, max_new_tokens: int) -> dict[str, float]:
