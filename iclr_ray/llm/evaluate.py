@@ -75,14 +75,49 @@ def choice_logprobs(model, tokenizer, question: str, choices: Sequence[str]) -> 
     return out
 
 
-def mc_accuracy(model, tokenizer, items: Sequence[MCItem]) -> dict[str, float]:
+@torch.no_grad()
+def batched_choice_logprobs(model, tokenizer, items: Sequence[MCItem],
+                            batch_size: int = 32) -> list[list[tuple[float, int]]]:
+    """:func:`choice_logprobs` of every item, the (prompt + choice) sequences right-padded into
+    batches: causal attention keeps the padding out of every real position's logits."""
+    model.eval()
+    seqs: list[tuple[list[int], int, int]] = []  # ids, prompt length, choice length
+    for item in items:
+        prompt = _prompt_ids(tokenizer, item.question)
+        for choice in item.choices:
+            cont = tokenizer(choice, add_special_tokens=False).input_ids
+            seqs.append((prompt + cont, len(prompt), len(cont)))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    flat: list[tuple[float, int]] = []
+    for i in range(0, len(seqs), batch_size):
+        chunk = seqs[i:i + batch_size]
+        width = max(len(ids) for ids, _, _ in chunk)
+        ids = torch.tensor([s + [pad] * (width - len(s)) for s, _, _ in chunk])
+        mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s, _, _ in chunk])
+        logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask, use_cache=False).logits.float(), dim=-1)
+        for row, (s, n_prompt, n_cont) in enumerate(chunk):
+            targets = torch.tensor(s[n_prompt:])
+            picked = logp[row, torch.arange(n_prompt - 1, len(s) - 1), targets]
+            flat.append((picked.sum().item(), n_cont))
+    out, k = [], 0
+    for item in items:
+        out.append(flat[k:k + len(item.choices)])
+        k += len(item.choices)
+    return out
+
+
+def mc_accuracy(model, tokenizer, items: Sequence[MCItem], batch_size: int = 32) -> dict[str, float]:
     """Accuracy when the choice with the highest log-likelihood is picked, summed and per token."""
     hits_sum = hits_norm = 0
-    for item in items:
-        scores = choice_logprobs(model, tokenizer, item.question, item.choices)
+    for item, scores in zip(items, batched_choice_logprobs(model, tokenizer, items, batch_size)):
         hits_sum += max(range(len(scores)), key=lambda i: scores[i][0]) == item.answer
         hits_norm += max(range(len(scores)), key=lambda i: scores[i][0] / max(scores[i][1], 1)) == item.answer
     return {"mc_accuracy": hits_sum / len(items), "mc_accuracy_per_token": hits_norm / len(items)}
+
+
+def _stop_ids(tokenizer) -> list[int]:
+    return [t for t in {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|end|>")}
+            if t is not None and t != tokenizer.unk_token_id]
 
 
 @torch.no_grad()
@@ -90,16 +125,34 @@ def generate(model, tokenizer, question: str | Sequence[dict[str, str]], max_new
     """Greedy answer to one user turn (or a conversation so far), stopped at the end-of-turn marker or EOS."""
     model.eval()
     ids = torch.tensor([_prompt_ids(tokenizer, question)])
-    stop = [t for t in {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|end|>")}
-            if t is not None and t != tokenizer.unk_token_id]
     out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                         do_sample=False, eos_token_id=stop, pad_token_id=tokenizer.pad_token_id)
+                         do_sample=False, eos_token_id=_stop_ids(tokenizer), pad_token_id=tokenizer.pad_token_id)
     return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True).strip()
 
 
+@torch.no_grad()
+def generate_batch(model, tokenizer, questions: Sequence[str | Sequence[dict[str, str]]], max_new_tokens: int = 32,
+                   batch_size: int = 32) -> list[str]:
+    """:func:`generate` for many prompts at once: left-padded batches through ``model.generate``
+    (the attention mask gives each row its own positions), so each answer is the one it would get
+    alone."""
+    model.eval()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    answers: list[str] = []
+    for i in range(0, len(questions), batch_size):
+        prompts = [_prompt_ids(tokenizer, q) for q in questions[i:i + batch_size]]
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
+                             eos_token_id=_stop_ids(tokenizer), pad_token_id=pad)
+        answers += [tokenizer.decode(row[width:], skip_special_tokens=True).strip() for row in out]
+    return answers
+
+
 def exact_match(model, tokenizer, pairs: Sequence[tuple[str | Sequence[dict[str, str]], str]],
-                max_new_tokens: int = 32) -> dict:
+                max_new_tokens: int = 32, batch_size: int = 32) -> dict:
     """Share of (question, reference) pairs whose greedy answer equals the reference (stripped)."""
-    answers = [generate(model, tokenizer, q, max_new_tokens) for q, _ in pairs]
+    answers = generate_batch(model, tokenizer, [q for q, _ in pairs], max_new_tokens, batch_size)
     hits = [a == ref.strip() for a, (_, ref) in zip(answers, pairs)]
     return {"exact_match": sum(hits) / len(pairs), "answers": answers}

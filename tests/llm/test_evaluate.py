@@ -66,6 +66,20 @@ def test_choice_logprob_is_the_sum_of_token_logprobs(trained):
     assert n == len(cont) and score == pytest.approx(manual, abs=1e-4)
 
 
+def test_batched_scoring_gives_each_prompt_its_own_answer(trained):
+    """Prompts of different lengths in one padded batch: the answers and choice log-likelihoods
+    are the ones each gets alone (left padding for generation, right padding for scoring)."""
+    net, tok, _, _ = trained
+    prompts = [q for q, _ in FACTS] + ["Two plus three? Say it in one word please, thanks.", "Sky?"]
+    alone = [evaluate.generate(net, tok, q, 8) for q in prompts]
+    assert evaluate.generate_batch(net, tok, prompts, 8, batch_size=4) == alone
+    items = [evaluate.MCItem(q, ["green", "Paris and Madrid", "five"], 0) for q in prompts]
+    batched = evaluate.batched_choice_logprobs(net, tok, items, batch_size=5)
+    for item, got in zip(items, batched):
+        for (a, n), (b, m) in zip(evaluate.choice_logprobs(net, tok, item.question, item.choices), got):
+            assert n == m and b == pytest.approx(a, abs=1e-4)
+
+
 @pytest.mark.parametrize("line, message", [
     ('{"question": "q", "choices": ["a"], "answer": 0}', "at least two strings"),
     ('{"question": "q", "choices": ["a", "b"], "answer": 2}', "within the 2 choices"),
