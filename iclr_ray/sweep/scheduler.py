@@ -56,9 +56,11 @@ class EarlyDynamicsStopper(FIFOScheduler):
         progress = result.get(self.progress_attr)
         if progress is None or trial.trial_id in self.profiles:
             return TrialScheduler.CONTINUE
-        if "grad_norm" in result and "loss" in result:
-            self._early.setdefault(trial.trial_id, []).append((float(result["grad_norm"]), float(result["loss"])))
-        if progress < self.window or trial.trial_id not in self._early:
+        early = self._early.setdefault(trial.trial_id, [])
+        # the profile: the steps within the window (at least the first), as the study measures it
+        if "grad_norm" in result and "loss" in result and (progress <= self.window + 1e-9 or not early):
+            early.append((float(result["grad_norm"]), float(result["loss"])))
+        if progress < self.window or not early:
             return TrialScheduler.CONTINUE
         early = np.array(self._early.pop(trial.trial_id))
         self.profiles[trial.trial_id] = (float(early[:, 0].mean()), float(early[:, 1].mean()))

@@ -111,5 +111,12 @@ def test_scheduler_stops_trials_whose_early_grad_norm_ranks_worst():
     assert feed("b", [5.0, 5.0, 0.1])[:2] == [TrialScheduler.CONTINUE, TrialScheduler.STOP]  # decided at 0.2
     assert set(feed("c", [0.5] * 10)) == {TrialScheduler.CONTINUE}  # best so far
     assert s.stopped == {"b": 0.2} and s.profiles["b"] == (5.0, 1.0)
+    # the result that crosses the window decides but is not part of the profile (as early_profile)
+    s2 = EarlyDynamicsStopper(window=0.25, keep=0.5, min_trials=1)
+    for k, g in enumerate([1.0, 3.0, 100.0], start=1):
+        s2.on_trial_result(None, _Trial("d"), {"progress": k / 10, "grad_norm": g, "loss": 1.0})
+    assert s2.profiles["d"] == (2.0, 1.0)
+    assert recipe.early_profile([{"progress": k / 10, "grad_norm": g, "loss": 1.0}
+                                 for k, g in enumerate([1.0, 3.0, 100.0], start=1)], 0.25) == (2.0, 1.0)
     with pytest.raises(ValueError):
         EarlyDynamicsStopper(window=1.5)

@@ -24,7 +24,8 @@ def test_smoke_study_runs_every_experiment_and_reports_claims(ray_cluster, tmp_p
     out = tmp_path / "run"
     # the smoke preset skips phased/warmup; switch them on at smoke size so every claim is computed
     assert cli.main(["run", "sft_recipe", "--preset", "smoke", "--out", str(out), "--set", "phased=true",
-                     "--set", "pretrain.steps=4", "--set", "warmup.warmup_steps=[0, 2]"]) == 0
+                     "--set", "pretrain.steps=4", "--set", "warmup.warmup_steps=[0, 2]",
+                     "--set", "early.rerun_with_scheduler=true"]) == 0
     result = json.loads((out / "result.json").read_text())
     m = result["metrics"]
     trials = m["trials"]
@@ -38,7 +39,17 @@ def test_smoke_study_runs_every_experiment_and_reports_claims(ray_cluster, tmp_p
     assert Path(m["pretrained_model"], "config.json").is_file()
     ids = {c["id"] for c in result["claims"]}
     assert {"large_batch_wins", "early_grad_norm_predicts", "early_loss_predicts", "warmup_unneeded",
-            "stacked_matches_phased", "stacked_sample_efficient"} <= ids
+            "stacked_matches_phased", "stacked_sample_efficient", "early_stop_keeps_best"} <= ids
+    # the scheduler saw the grid's recorded curves: of two trials (keep 0.5) the one whose early
+    # grad norm was higher stopped at the window, the other went on to its recorded score
+    replayed = {t["label"]: t for t in m["early_stop_trials"]}
+    grid = {t["label"]: t for t in trials if "grid" in t["experiments"]}
+    assert set(replayed) == set(grid) and m["early_stop"]["mode"] == "replay"
+    worse = max(grid, key=lambda k: grid[k]["early_grad_norm"])
+    assert not replayed[worse]["finished"] and replayed[worse]["samples"] < 32
+    (kept,) = set(grid) - {worse}
+    assert replayed[kept]["finished"] and replayed[kept]["score"] == grid[kept]["score"]
+    assert m["early_stop"]["stopped"] == 1 and 0 < m["early_stop"]["compute_saved"] < 1
     for c in result["claims"]:  # holds is the comparison of the measured value, whatever it is
         assert c["measured"] is None or isinstance(c["measured"], float)
     plots = {p.stem for p in (out / "plots").glob("*.png")}

@@ -67,13 +67,18 @@ def analyse(cfg: Config, metrics: dict[str, Any]) -> dict[str, Any]:
         survivor = {t["label"]: t for t in early_trials}.get(best)
         full = sum(t["samples"] for t in grid)
         spent = sum(t["samples"] for t in early_trials)
-        out["early_stop"] = {"best_label": best, "best_survived": bool(survivor and survivor["finished"]),
+        out["early_stop"] = {"mode": metrics.get("early_stop_mode", "live"),
+                             "best_label": best, "best_survived": bool(survivor and survivor["finished"]),
                              "stopped": sum(not t["finished"] for t in early_trials), "trials": len(early_trials),
                              "samples_full": full, "samples_with_scheduler": spent,
                              "compute_saved": 1 - spent / full if full else math.nan,
                              "best_under_scheduler": (recipe.best_by([t for t in early_trials if t["finished"]],
                                                                      "score") or {}).get("label")}
     return out
+
+
+_MODES = {"replay": "the grid's recorded curves replayed to the scheduler in a Tune run",
+          "live": "the grid trained again under the scheduler"}
 
 
 def _num(x: Any) -> float:
@@ -116,7 +121,7 @@ def claims(metrics: dict[str, Any], cfg: Config) -> list[Claim]:
             "early_stop_keeps_best", "Stopping trials by their early profile keeps the best configuration",
             float(s["best_survived"]), 1.0,
             note=f"{s['stopped']}/{s['trials']} trials stopped, {_num(s['compute_saved']):.0%} of the "
-                 "training rows saved"))
+                 f"training rows saved ({_MODES[s.get('mode', 'live')]})"))
     return out
 
 
@@ -138,7 +143,7 @@ def report_md(metrics: dict[str, Any]) -> str:
                   f"{s['samples_full']} training rows spent ({_num(s['compute_saved']):.0%} saved). "
                   "Best of the full grid: "
                   f"`{s['best_label']}` ({'survived' if s['best_survived'] else 'stopped'}); best under the "
-                  f"scheduler: `{s['best_under_scheduler']}`."]
+                  f"scheduler: `{s['best_under_scheduler']}`. The rerun {_MODES[s.get('mode', 'live')]}."]
     if d := metrics.get("data"):
         lines += ["", "## Data", "", ", ".join(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}"
                                                for k, v in d.items())]

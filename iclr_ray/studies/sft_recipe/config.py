@@ -96,6 +96,10 @@ class Early(Section):
     min_trials: int = Field(3, ge=1)
     rerun_with_scheduler: bool = True
     """rerun experiment 1's grid under the early-termination scheduler and compare"""
+    replay: bool = True
+    """the rerun replays each grid trial's recorded curve step by step to the scheduler (a Tune
+    run without training: the CPU runs are deterministic, so a live rerun reproduces the same
+    curves, measured); false trains the trials again, for nondeterministic (GPU) runs"""
 
 
 class Config(StudyConfig):

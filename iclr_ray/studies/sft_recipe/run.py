@@ -215,6 +215,25 @@ def sft_trial(config: dict[str, Any], *, base: dict[str, Any], model: str, seed:
     tune.report(scores)
 
 
+def replay_trial(config: dict[str, Any], *, recorded: dict[str, dict[str, Any]], window: float) -> None:
+    """A trial of the early-termination rerun that replays the grid trial with the same spec:
+    its recorded per-step loss and grad norm up to the end of the early window, as the live trial
+    reported them to Tune, then (if the scheduler let it go on) its final scores with the full
+    budget. A stopped replay ends at the window, so the rows it "spent" are the ones a live rerun
+    would have trained before the scheduler stopped it."""
+    from ray import tune
+
+    rec = recorded[config["spec"]["label"]]
+    for i, point in enumerate(rec["curve"], 1):
+        tune.report({"step": i, "loss": point["loss"], "grad_norm": point["grad_norm"],
+                     "progress": point["progress"], "samples": point["samples"]})
+        if point["progress"] >= window:
+            break
+    if rec["finished"]:
+        tune.report({k: rec[k] for k in ("score", "knowledge_mc", "knowledge_em", "skills_em") if rec.get(k) is not None}
+                    | {"progress": 1.0, "samples": rec["samples"]})
+
+
 def evaluate_checkpoint(path: Path, world: World, max_new_tokens: int) -> dict[str, float]:
     import torch
 
@@ -290,7 +309,7 @@ def _collect(results, label_of) -> list[dict[str, Any]]:
                **spec["sft"], "error": None if r.error is None else str(r.error).splitlines()[0],
                "score": m.get("score"), "knowledge_mc": m.get("knowledge_mc"), "knowledge_em": m.get("knowledge_em"),
                "skills_em": m.get("skills_em"), "finished": m.get("score") is not None,
-               "samples": max((s["samples"] for s in steps), default=0),
+               "samples": max((s["samples"] for s in steps), default=m.get("samples", 0)),
                "curve": [{k: s[k] for k in ("samples", "progress", "loss", "grad_norm", "lr", "eval_loss",
                                              "eval_loss_knowledge", "eval_loss_skills") if k in s} for s in steps]}
         trials.append(rec)
@@ -319,11 +338,17 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
 
     grid = [s for s in specs if "grid" in s["experiments"]]
     if cfg.early.rerun_with_scheduler and len(grid) >= 2:
-        print(f"  early-termination sweep: the {len(grid)} grid trials again under the scheduler ...", flush=True)
-        early = run_tuner(trainable, {"spec": tune.grid_search(grid)}, storage_path=root / "tune",
+        print(f"  early-termination sweep: the {len(grid)} grid trials again under the scheduler"
+              f" ({'replayed' if cfg.early.replay else 'trained again'}) ...", flush=True)
+        rerun = trainable
+        if cfg.early.replay:
+            recorded = {t["label"]: t for t in trials}
+            rerun = tune.with_parameters(replay_trial, recorded=recorded, window=cfg.early.window)
+        early = run_tuner(rerun, {"spec": tune.grid_search(grid)}, storage_path=root / "tune",
                           name="early_stop", max_concurrent_trials=cfg.max_concurrent_trials,
                           scheduler=early_stopper(cfg))
         metrics["early_stop_trials"] = _collect(early, lambda c: c["spec"])
+        metrics["early_stop_mode"] = "replay" if cfg.early.replay else "live"
     metrics.update(analyse(cfg, metrics))
     from . import plots
 
