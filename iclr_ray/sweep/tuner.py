@@ -8,10 +8,10 @@ Results land in ``storage_path/name``: Tune's own experiment state (``Tuner.rest
 interrupted sweep from it), per-trial ``result.json``/``progress.csv`` and TensorBoard event files
 (``tensorboard --logdir storage_path/name``).
 
-Tune copies its experiment state into the sweep directory in place, so a driver killed during
-that copy leaves an empty ``experiment_state-*.json``, and ``Tuner.restore`` then silently
-restarts the sweep from nothing (with an empty search space). :class:`KeepLastGoodState` keeps a
-copy of the last complete state files and :func:`repair_state` puts it back before a restore.
+Tune copies its state files into the sweep directory in place, so a driver killed during that
+copy leaves a cut-off ``experiment_state-*.json`` (``Tuner.restore`` then silently restarts the
+sweep from nothing, with an empty search space) or a mix of two saves. :class:`KeepLastGoodState`
+keeps a consistent copy of each save and :func:`repair_state` puts it back before a restore.
 """
 from __future__ import annotations
 

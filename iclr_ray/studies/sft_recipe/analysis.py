@@ -143,7 +143,7 @@ def report_md(metrics: dict[str, Any]) -> str:
                   f"{s['samples_full']} training rows spent ({_num(s['compute_saved']):.0%} saved). "
                   "Best of the full grid: "
                   f"`{s['best_label']}` ({'survived' if s['best_survived'] else 'stopped'}); best under the "
-                  f"scheduler: `{s['best_under_scheduler']}`. The rerun {_MODES[s.get('mode', 'live')]}."]
+                  f"scheduler: `{s['best_under_scheduler']}`. The rerun: {_MODES[s.get('mode', 'live')]}."]
     if d := metrics.get("data"):
         lines += ["", "## Data", "", ", ".join(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}"
                                                for k, v in d.items())]
