@@ -40,16 +40,21 @@ def test_smoke_study_runs_every_experiment_and_reports_claims(ray_cluster, tmp_p
     ids = {c["id"] for c in result["claims"]}
     assert {"large_batch_wins", "early_grad_norm_predicts", "early_loss_predicts", "warmup_unneeded",
             "stacked_matches_phased", "stacked_sample_efficient", "early_stop_keeps_best"} <= ids
-    # the scheduler saw the grid's recorded curves: of two trials (keep 0.5) the one whose early
-    # grad norm was higher stopped at the window, the other went on to its recorded score
+    # the scheduler saw the grid's recorded curves. Of two trials (keep 0.5, decisions asynchronous)
+    # only the one with the higher early grad norm can be stopped, and only if it reaches the
+    # window second; a trial let through ends with the score the grid trial recorded
     replayed = {t["label"]: t for t in m["early_stop_trials"]}
     grid = {t["label"]: t for t in trials if "grid" in t["experiments"]}
     assert set(replayed) == set(grid) and m["early_stop"]["mode"] == "replay"
     worse = max(grid, key=lambda k: grid[k]["early_grad_norm"])
-    assert not replayed[worse]["finished"] and replayed[worse]["samples"] < 32
-    (kept,) = set(grid) - {worse}
-    assert replayed[kept]["finished"] and replayed[kept]["score"] == grid[kept]["score"]
-    assert m["early_stop"]["stopped"] == 1 and 0 < m["early_stop"]["compute_saved"] < 1
+    for label, r in replayed.items():
+        if r["finished"]:
+            assert r["score"] == grid[label]["score"] and r["samples"] == 32
+        else:
+            assert label == worse and r["samples"] < 32
+    spent = sum(r["samples"] for r in replayed.values())
+    assert m["early_stop"]["stopped"] == sum(not r["finished"] for r in replayed.values()) <= 1
+    assert m["early_stop"]["compute_saved"] == pytest.approx(1 - spent / 64)
     for c in result["claims"]:  # holds is the comparison of the measured value, whatever it is
         assert c["measured"] is None or isinstance(c["measured"], float)
     plots = {p.stem for p in (out / "plots").glob("*.png")}
