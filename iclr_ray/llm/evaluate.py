@@ -59,20 +59,9 @@ def _prompt_ids(tokenizer, question: str | Sequence[dict[str, str]]) -> list[int
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)["input_ids"]
 
 
-@torch.no_grad()
 def choice_logprobs(model, tokenizer, question: str, choices: Sequence[str]) -> list[tuple[float, int]]:
     """(sum of log p(choice tokens | prompt), number of choice tokens) for each choice."""
-    model.eval()
-    prompt = _prompt_ids(tokenizer, question)
-    out = []
-    for choice in choices:
-        cont = tokenizer(choice, add_special_tokens=False).input_ids
-        ids = torch.tensor([prompt + cont])
-        logp = torch.log_softmax(model(input_ids=ids, use_cache=False).logits[0, :-1].float(), dim=-1)
-        targets = ids[0, 1:]
-        picked = logp[torch.arange(len(targets)), targets][len(prompt) - 1:]
-        out.append((picked.sum().item(), len(cont)))
-    return out
+    return batched_choice_logprobs(model, tokenizer, [MCItem(question, list(choices), 0)])[0]
 
 
 @torch.no_grad()
@@ -120,14 +109,9 @@ def _stop_ids(tokenizer) -> list[int]:
             if t is not None and t != tokenizer.unk_token_id]
 
 
-@torch.no_grad()
 def generate(model, tokenizer, question: str | Sequence[dict[str, str]], max_new_tokens: int = 32) -> str:
     """Greedy answer to one user turn (or a conversation so far), stopped at the end-of-turn marker or EOS."""
-    model.eval()
-    ids = torch.tensor([_prompt_ids(tokenizer, question)])
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                         do_sample=False, eos_token_id=_stop_ids(tokenizer), pad_token_id=tokenizer.pad_token_id)
-    return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True).strip()
+    return generate_batch(model, tokenizer, [question], max_new_tokens)[0]
 
 
 @torch.no_grad()

@@ -81,7 +81,7 @@ class KeepLastGoodState(Callback):
 
     def snapshot(self, staging: Path) -> None:
         for session, files in _state_files(staging).items():
-            keys = {f.name: (f.stat().st_mtime_ns, f.stat().st_size) for f in files}
+            keys = {f.name: (st.st_mtime_ns, st.st_size) for f in files for st in [f.stat()]}
             if all(self._seen.get(k) == v for k, v in keys.items()) or not all(_complete(f) for f in files):
                 continue
             backup = self.path / STATE_BACKUP
