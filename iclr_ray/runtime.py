@@ -59,8 +59,11 @@ def connect(address: str | None = None, quiet: bool = True) -> Iterator[dict[str
         # (and inside `ray job submit`, whose runtime env may not be merged with another) the
         # cluster's or the job's runtime env decides (clusters/runtime_env.yaml).
         # Train V2's controller polls every 2 s by default, blocking each report (MEASURED.md).
+        # Train V2 also starts a preemption watcher per run, a process that polls for spot-node
+        # preemption notices; an embedded Ray on one machine gets none, so it is left out.
         env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-               "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": os.environ.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.1")}
+               "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": os.environ.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.1"),
+               "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": os.environ.get("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")}
         dashboard: dict[str, Any] = {}
         if not address:
             # Tune frees a stopped trial's placement groups through the State API, which finds

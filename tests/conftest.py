@@ -32,6 +32,8 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 # Train V2's controller polls workers every 2 s by default, so each report blocked ~1.8 s
 # (shared/MEASURED.md); the cluster's processes inherit this.
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.1")
+# No spot preemption on one machine: no preemption-watcher process per Train run (as runtime.py).
+os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
 
 from iclr_ray.runtime import free_port  # noqa: E402  (imports no Ray)
 

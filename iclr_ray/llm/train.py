@@ -17,7 +17,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 from pydantic import Field
@@ -173,6 +173,7 @@ def train_worker(config: dict[str, Any]) -> None:
             _, client_state = engine.load_checkpoint(str(Path(d) / "deepspeed"))
         start = int(client_state["step"])
     fail_at = config.get("fail_once_at_step")  # fault injection for the recovery test
+    final_eval = config.get("final_eval")
 
     for step in range(start, cfg.max_steps):
         if fail_at is not None and step == fail_at and checkpoint is None and rank == world - 1:
@@ -219,6 +220,10 @@ def train_worker(config: dict[str, Any]) -> None:
                 engine.save_checkpoint(str(Path(d) / "deepspeed"), tag=f"step{step + 1}",
                                        client_state={"step": step + 1})
                 _save_hf(engine, tokenizer, Path(d) / "model", rank, cfg.zero_stage)
+                if last and final_eval is not None and rank == 0:
+                    # scored here, where torch and transformers are loaded already, on the very
+                    # model the checkpoint holds (any ZeRO stage: read back from its HF files)
+                    metrics.update(final_eval(AutoModelForCausalLM.from_pretrained(Path(d) / "model"), tokenizer))
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
         else:
             ray.train.report(metrics)
@@ -298,14 +303,18 @@ def read_steps(storage_path: str | Path, name: str) -> list[dict[str, Any]]:
 
 def fit(cfg: TrainConfig, rows: list[PackedRow], tokenizer, storage_path: str | Path, name: str,
         fail_once_at_step: int | None = None, order: Sequence[int] | None = None,
-        eval_rows: dict[str, list[PackedRow]] | None = None, callbacks: Sequence[Any] = ()):
+        eval_rows: dict[str, list[PackedRow]] | None = None, callbacks: Sequence[Any] = (),
+        final_eval: Callable[[Any, Any], dict[str, float]] | None = None):
     """Run the loop on ``cfg.num_workers`` Ray Train workers; returns Ray Train's Result.
 
     Rerunning with the same ``storage_path``/``name`` resumes from the latest checkpoint. Every
     step's metrics land in ``storage_path/name/steps.jsonl`` (see :func:`read_steps`).
     ``order``: the row order to train in (see :func:`step_rows`); ``eval_rows``: named held-out
     sets whose loss is reported every ``cfg.eval_every`` steps; ``callbacks``: more Ray Train
-    callbacks (a Tune trial passes ``TuneReportCallback``). ``fail_once_at_step`` kills the last
+    callbacks (a Tune trial passes ``TuneReportCallback``); ``final_eval(model, tokenizer)``: a
+    picklable scorer that rank 0 runs on the final checkpoint's Hugging Face model, its numbers
+    added to the last step's metrics (so a trial scores without loading torch and the model in
+    another process). ``fail_once_at_step`` kills the last
     worker's process at that step of a fresh start (a test of the recovery path)."""
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
@@ -323,7 +332,7 @@ def fit(cfg: TrainConfig, rows: list[PackedRow], tokenizer, storage_path: str | 
     trainer = TorchTrainer(
         train_worker,
         train_loop_config={"train": cfg.model_dump(mode="json"), "rows": ray.put(rows), "tokenizer_files": files,
-                           "fail_once_at_step": fail_once_at_step,
+                           "fail_once_at_step": fail_once_at_step, "final_eval": final_eval,
                            "order": ray.put(list(order)) if order is not None else None,
                            "eval_rows": ray.put(eval_rows) if eval_rows else None},
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu,

@@ -78,7 +78,9 @@ def test_held_out_loss_during_training_matches_the_checkpoint_under_zero3(ray_cl
     held = {"a": rows[:5], "b": rows[5:6]}  # odd batch counts: one rank is short a batch
     order = list(range(len(rows)))[::-1]
     cfg = train.TrainConfig(max_steps=2, micro_batch_size=2, zero_stage=3, eval_every=1)
-    res = train.fit(cfg, rows, tok, tmp_path, "ev", order=order, eval_rows=held)
+    # final_eval runs on rank 0 over the final checkpoint's HF model (a lambda: Ray pickles it by value)
+    res = train.fit(cfg, rows, tok, tmp_path, "ev", order=order, eval_rows=held,
+                    final_eval=lambda net, tk: {"final_a": heldout_loss(net, held["a"]), "vocab": len(tk)})
     assert res.error is None
     steps = train.read_steps(tmp_path, "ev")
     assert all({"eval_loss", "eval_loss_a", "eval_loss_b"} <= set(s) for s in steps)
@@ -87,6 +89,8 @@ def test_held_out_loss_during_training_matches_the_checkpoint_under_zero3(ray_cl
         net, _ = model.load_pretrained(f"{d}/model")
     assert steps[-1]["eval_loss_a"] == pytest.approx(heldout_loss(net, held["a"]), rel=1e-4)
     assert steps[-1]["eval_loss"] == pytest.approx(heldout_loss(net, held["a"] + held["b"]), rel=1e-4)
+    assert res.metrics["final_a"] == steps[-1]["final_a"] == pytest.approx(heldout_loss(net, held["a"]), rel=1e-6)
+    assert res.metrics["vocab"] == len(tok) and "final_a" not in steps[0]
 
 
 def test_step_rows_follows_a_given_order_and_cycles_it(corpus):

@@ -10,10 +10,10 @@ the first part of training.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
-from scipy import stats
 
 
 def batch_split(batch: int, micro_batch_size: int, workers: int) -> tuple[int, int]:
@@ -65,6 +65,8 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     ok = np.isfinite(x) & np.isfinite(y)
     if ok.sum() < 3 or np.ptp(x[ok]) == 0 or np.ptp(y[ok]) == 0:
         return math.nan
+    from scipy import stats  # here, not at import: every Tune trial process imports this module
+
     return float(stats.spearmanr(x[ok], y[ok]).statistic)
 
 
@@ -80,6 +82,31 @@ def final_score(knowledge: float, skills: float) -> float:
     """The run's evaluation score: the mean of the knowledge score (multiple-choice accuracy, as
     MMLU is scored) and the skills score (exact match of generated answers)."""
     return (knowledge + skills) / 2
+
+
+@dataclass
+class HeldOutScorer:
+    """A trial's held-out scores of a model: exact match of generated answers per half
+    (knowledge, skills), multiple-choice accuracy when there are MC items, and the final score
+    (knowledge = MC accuracy if measured, else exact match). Picklable: the Train worker runs it
+    on the final checkpoint."""
+
+    eval_em: dict[str, list[tuple[Any, str]]]
+    """per half, (prompt, answer) pairs; a prompt is a user turn or the conversation so far"""
+    eval_mc: list[Any]
+    """llm.evaluate.MCItem questions (may be empty)"""
+    max_new_tokens: int
+
+    def __call__(self, model, tokenizer) -> dict[str, float]:
+        from ...llm.evaluate import exact_match, mc_accuracy
+
+        out: dict[str, float] = {}
+        for half, pairs in self.eval_em.items():
+            out[f"{half}_em"] = exact_match(model, tokenizer, pairs, self.max_new_tokens)["exact_match"]
+        if self.eval_mc:
+            out["knowledge_mc"] = mc_accuracy(model, tokenizer, self.eval_mc)["mc_accuracy"]
+        out["score"] = final_score(out.get("knowledge_mc", out["knowledge_em"]), out["skills_em"])
+        return out
 
 
 def best_by(trials: Sequence[dict[str, Any]], key: str) -> dict[str, Any] | None:

@@ -83,6 +83,10 @@ class World:
     eval_mc: list[MCItem] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
 
+    def scorer(self, max_new_tokens: int) -> recipe.HeldOutScorer:
+        return recipe.HeldOutScorer({half: [(i.prompt, i.answer) for i in items] for half, items in self.eval_em.items()},
+                                    self.eval_mc, max_new_tokens)
+
     def tokenizer(self):
         from transformers import AutoTokenizer
 
@@ -142,6 +146,8 @@ def build_world(cfg: Config, inputs: dict[str, Any]) -> World:
 
 
 # ----------------------------------------------------------------------------- trials
+
+SCORES = ("score", "knowledge_mc", "knowledge_em", "skills_em")
 
 
 def trial_specs(cfg: Config) -> list[dict[str, Any]]:
@@ -205,11 +211,11 @@ def sft_trial(config: dict[str, Any], *, base: dict[str, Any], model: str, seed:
         tune.report(json.loads(final.read_text()))
         return
     result = fit(tcfg, rows, world.tokenizer(), trial_dir, "train", order=order, eval_rows=world.eval_rows,
-                 callbacks=[thinned_tune_report(tcfg.max_steps, dense_until=2 * window)])
+                 callbacks=[thinned_tune_report(tcfg.max_steps, dense_until=2 * window)],
+                 final_eval=world.scorer(sft.max_new_tokens))
     if result.error is not None:
         raise result.error
-    with result.checkpoint.as_directory() as d:
-        scores = evaluate_checkpoint(Path(d) / "model", world, sft.max_new_tokens)
+    scores = {k: result.metrics[k] for k in SCORES if k in result.metrics}
     scores = {**scores, "progress": 1.0, "samples": tcfg.max_steps * tcfg.rows_per_step()}
     atomic_write_text(final, json.dumps(scores))
     tune.report(scores)
@@ -230,27 +236,8 @@ def replay_trial(config: dict[str, Any], *, recorded: dict[str, dict[str, Any]],
         if point["progress"] >= window:
             break
     if rec["finished"]:
-        tune.report({k: rec[k] for k in ("score", "knowledge_mc", "knowledge_em", "skills_em") if rec.get(k) is not None}
+        tune.report({k: rec[k] for k in SCORES if rec.get(k) is not None}
                     | {"progress": 1.0, "samples": rec["samples"]})
-
-
-def evaluate_checkpoint(path: Path, world: World, max_new_tokens: int) -> dict[str, float]:
-    import torch
-
-    from ...llm.evaluate import exact_match, mc_accuracy
-    from ...llm.model import load_pretrained
-
-    torch.set_num_threads(1)
-    model, tok = load_pretrained(path)
-    out: dict[str, float] = {}
-    for half, items in world.eval_em.items():
-        pairs = [(i.prompt, i.answer) for i in items]
-        out[f"{half}_em"] = exact_match(model, tok, pairs, max_new_tokens)["exact_match"]
-    if world.eval_mc:
-        out["knowledge_mc"] = mc_accuracy(model, tok, world.eval_mc)["mc_accuracy"]
-    knowledge = out.get("knowledge_mc", out["knowledge_em"])
-    out["score"] = recipe.final_score(knowledge, out["skills_em"])
-    return out
 
 
 # ----------------------------------------------------------------------------- the run
