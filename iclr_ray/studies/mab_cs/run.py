@@ -1,10 +1,12 @@
 """mab_cs on Ray: every (experiment, instance, policy, alpha, ell, horizon) cell is split into
 chunks of runs, one Ray task per chunk; a task advances its runs together with the vectorised
-engine (or, with ``engine=rllib``, rolls them out through an RLlib Algorithm, one run at a time).
+engine. With ``engine=rllib`` each cell is rolled out instead by an RLlib Algorithm whose env
+runners play one run per episode, the policy living in the RLModule (iclr_ray/rl/online.py).
 Runs are indexed, and run r draws the same rewards in every cell, so policies are compared on
 common random numbers."""
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -15,9 +17,10 @@ from ...config import ConfigError
 from ...runtime import RunContext
 from . import data
 from .analysis import analyse
-from .bandit import Instance
+from .bandit import Instance, Regret, run_keys
 from .config import Config
-from .engine import simulate
+from .engine import Trace, checkpoints, simulate
+from .policies import make_policy
 
 
 def prepare(cfg: Config) -> dict[str, Instance]:
@@ -38,20 +41,64 @@ def prepare(cfg: Config) -> dict[str, Instance]:
             raise ConfigError(f"ell_sweep.ells: {max(cfg.ell_sweep.ells)} is not an arm of {inst.name} (K = {inst.K})")
     if cfg.horizons.ell >= instances[cfg.horizons.instance].K:
         raise ConfigError(f"horizons.ell: {cfg.horizons.ell} is not an arm of {cfg.horizons.instance}")
+    if cfg.engine == "rllib":
+        try:
+            import gymnasium  # noqa: F401
+            import ray.rllib  # noqa: F401
+        except ImportError as exc:
+            raise ConfigError(f"engine=rllib needs RLlib ({exc.name} is missing): pip install 'iclr-ray[rl]'") from None
     return instances
 
 
 @ray.remote(num_cpus=1)
 def simulate_chunk(inst: Instance, cell: dict[str, Any], seed: int, runs: list[int], cfg: dict[str, Any]) -> dict:
     start = time.perf_counter()
-    if cfg["engine"] == "rllib":
-        from .rllib_engine import simulate_rllib as sim
-    else:
-        sim = simulate
-    tr = sim(inst, cell["policy"], cell["setting"], cell["alpha"], cell["T"], seed, runs, ell=cell.get("ell"),
-             reward_model=cfg["reward"], kappa=cfg["kappa"], etc_factor=cfg["etc_factor"], points=cfg["points"])
-    return {"times": tr.times, "cost": tr.cost, "quality": tr.quality, "pulls": tr.pulls,
-            "steps": len(runs) * cell["T"], "stepped": len(runs) * tr.stepped, "seconds": time.perf_counter() - start}
+    tr = simulate(inst, cell["policy"], cell["setting"], cell["alpha"], cell["T"], seed, runs, ell=cell.get("ell"), **cfg)
+    return _chunk(tr, len(runs) * cell["T"], len(runs) * tr.stepped, time.perf_counter() - start)
+
+
+def _chunk(tr: Trace, steps: int, stepped: int, seconds: float) -> dict:
+    return {"times": tr.times, "cost": tr.cost, "quality": tr.quality, "pulls": tr.pulls, "steps": steps,
+            "stepped": stepped, "seconds": seconds}
+
+
+def one_run_policy(run: int, policy: str, cost: list[float], T: int, seed: int, alpha: float, setting: str,
+                   ell: int | None, reward_model: str, kappa: int, etc_factor: float):
+    """The policy of a single run (R = 1), as the RLlib module builds it for each episode."""
+    return make_policy(policy, cost, T, run_keys(seed, [run]), alpha, setting, ell, reward_model, kappa, etc_factor)
+
+
+def simulate_rllib(inst: Instance, policy: str, setting: str, alpha: float, T: int, seed: int, runs: list[int],
+                   ell: int | None = None, reward_model: str = "bernoulli", kappa: int = 5, etc_factor: float = 5.0,
+                   points: int = 40, env_runners: int = 1) -> Trace:
+    """The same runs rolled out by RLlib: an Algorithm whose ``env_runners`` env runners each play
+    one run per training step (one episode of T pulls), the policy living in the RLModule."""
+    from ...rl.online import OnlinePolicyConfig
+    from .env import BanditEnv
+
+    make = functools.partial(one_run_policy, policy=policy, cost=list(inst.cost), T=T, seed=seed, alpha=alpha,
+                             setting=setting, ell=ell, reward_model=reward_model, kappa=kappa, etc_factor=etc_factor)
+    config = (OnlinePolicyConfig()
+              .environment(BanditEnv, env_config={"mu": list(inst.mu), "T": T, "seed": seed, "runs": list(runs),
+                                                  "reward_model": reward_model, "num_env_runners": env_runners})
+              .env_runners(num_env_runners=env_runners, num_cpus_per_env_runner=1)
+              .rl_module(model_config={"make_policy": make}))
+    algo = config.build_algo()
+    try:
+        while len({r["run"] for r in algo.runs}) < len(runs):
+            algo.train()
+    finally:
+        algo.stop()
+    by_run = {r["run"]: r for r in algo.runs}
+    arms = np.stack([by_run[r]["arms"] for r in runs])
+    times = checkpoints(T, points)
+    regret = Regret(inst, setting, alpha, ell)
+    cost, quality = np.zeros((len(runs), len(times))), np.zeros((len(runs), len(times)))
+    for i, t in enumerate(times):
+        pulls = np.stack([np.bincount(a[:t], minlength=inst.K) for a in arms])
+        cost[:, i], quality[:, i] = regret(pulls)
+    pulls = np.stack([by_run[r]["policy"].n[0] for r in runs])
+    return Trace(times, cost, quality, pulls, arms.astype(np.int16), T)
 
 
 def cells(cfg: Config, instances: dict[str, Instance]) -> list[dict[str, Any]]:
@@ -96,16 +143,28 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         inst = data.two_arm(gap)
         instances[inst.name] = inst
     todo = cells(cfg, instances)
-    common = {k: getattr(cfg, k) for k in ("engine", "reward", "kappa", "etc_factor", "points")}
-    inst_refs = {name: ray.put(inst) for name, inst in instances.items() if any(c["instance"] == name for c in todo)}
+    common = {"reward_model": cfg.reward, "kappa": cfg.kappa, "etc_factor": cfg.etc_factor, "points": cfg.points}
     # the costliest tasks first, so the last ones to finish are short
     work = [(cell, runs[i:i + cfg.runs_per_task]) for cell in todo
             for runs in [list(range(cell["runs"]))] for i in range(0, cell["runs"], cfg.runs_per_task)]
     work.sort(key=lambda w: -len(w[1]) * w[0]["T"] * (5 if w[0]["policy"] == "cs_ts" else 1))
-    refs = [simulate_chunk.remote(inst_refs[cell["instance"]], cell, cfg.seed, runs, common) for cell, runs in work]
-    print(f"  {len(todo)} simulations of {sum(c['runs'] for c in todo)} runs in {len(refs)} Ray tasks "
-          f"({cfg.engine} engine) ...", flush=True)
-    outs = ctx.wait_all(refs, "simulations")
+    if cfg.engine == "rllib":
+        print(f"  {len(todo)} simulations of {sum(c['runs'] for c in todo)} runs, each through an RLlib "
+              f"Algorithm with {cfg.rllib_env_runners} env runner(s) ...", flush=True)
+        bar = ctx.progress(len(work), "simulations")
+        outs = []
+        for cell, runs in work:
+            start = time.perf_counter()
+            tr = simulate_rllib(instances[cell["instance"]], cell["policy"], cell["setting"], cell["alpha"], cell["T"],
+                                cfg.seed, runs, ell=cell.get("ell"), env_runners=cfg.rllib_env_runners, **common)
+            outs.append(_chunk(tr, len(runs) * cell["T"], len(runs) * cell["T"], time.perf_counter() - start))
+            bar.update()
+    else:
+        inst_refs = {name: ray.put(instances[name]) for name in {c["instance"] for c in todo}}
+        refs = [simulate_chunk.remote(inst_refs[cell["instance"]], cell, cfg.seed, runs, common) for cell, runs in work]
+        print(f"  {len(todo)} simulations of {sum(c['runs'] for c in todo)} runs in {len(refs)} Ray tasks "
+              f"(vectorised engine) ...", flush=True)
+        outs = ctx.wait_all(refs, "simulations")
     merged: dict[int, list[dict]] = {}
     for (cell, _), out in zip(work, outs):
         merged.setdefault(id(cell), []).append(out)
