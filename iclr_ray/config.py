@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 PRESETS = ("smoke", "small", "paper")
 
@@ -34,9 +34,20 @@ class StudyConfig(BaseModel):
 
 
 class Section(BaseModel):
-    """A nested part of a study config; rejects unknown keys like the root."""
+    """A nested part of a study config; rejects unknown keys like the root.
+
+    ``together`` names pairs of optional fields (two files of one data set, say) that are given
+    both or neither."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    together: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    @model_validator(mode="after")
+    def _given_together(self):
+        for a, b in self.together:
+            if (getattr(self, a) is None) != (getattr(self, b) is None):
+                raise ValueError(f"give both {a} and {b}, or neither")
+        return self
 
 
 def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:

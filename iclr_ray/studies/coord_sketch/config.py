@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field, FilePath, model_validator
+from pydantic import Field, FilePath
 
 from ...config import Section, StudyConfig
 
@@ -63,6 +63,8 @@ class AttentionCase(Section):
 class RegressionCase(Section):
     """Linear regression across two tables joined by key (features on one party, target on the other)."""
 
+    together = (("features_csv", "target_csv"),)
+
     n_keys: int = Field(50_000, ge=10)
     features: int = Field(8, ge=1)
     coverage_x: float = Field(0.5, gt=0.0, le=1.0)
@@ -80,12 +82,6 @@ class RegressionCase(Section):
     target: str = "y"
     feature_columns: Optional[list[str]] = None
     """feature columns to use (default: every column of features_csv but the key)"""
-
-    @model_validator(mode="after")
-    def _both_files(self):
-        if (self.features_csv is None) != (self.target_csv is None):
-            raise ValueError("give both features_csv and target_csv, or neither")
-        return self
 
 
 class Config(StudyConfig):

@@ -80,6 +80,8 @@ class EllSweep(Section):
 class RealData(Section):
     """Real-format instances, added to the alpha and ell sweeps when given."""
 
+    together = (("movielens_ratings", "movielens_movies"),)
+
     movielens_ratings: Optional[FilePath] = None
     """ratings.csv (userId,movieId,rating,timestamp) of a MovieLens release"""
     movielens_movies: Optional[FilePath] = None
@@ -88,12 +90,6 @@ class RealData(Section):
     """a CSV with genre,rating columns, or a folder of one JSON-lines review file per genre"""
     cost_seed: int = 0
     """seed of the uniform random costs (the paper: 0 for MovieLens)"""
-
-    @model_validator(mode="after")
-    def _pair(self):
-        if (self.movielens_ratings is None) != (self.movielens_movies is None):
-            raise ValueError("give both movielens_ratings and movielens_movies, or neither")
-        return self
 
 
 class Config(StudyConfig):

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field, FilePath, model_validator
+from pydantic import Field, FilePath
 
 from ...config import Section, StudyConfig
 
 
 class Data(Section):
+    together = (("knowledge_jsonl", "skills_jsonl"),)
+
     seq_len: int = Field(256, ge=16)
     """tokens per packed row (and the longest conversation allowed)"""
     n_pretrain: int = Field(3000, ge=0)
@@ -31,12 +33,6 @@ class Data(Section):
     """real data: chat JSONL of skills conversations (replaces the generated skills half)"""
     eval_mc_jsonl: Optional[FilePath] = None
     """real data: MMLU-style multiple choice (question, choices, answer) for the knowledge score"""
-
-    @model_validator(mode="after")
-    def _both(self):
-        if (self.knowledge_jsonl is None) != (self.skills_jsonl is None):
-            raise ValueError("give both knowledge_jsonl and skills_jsonl, or neither")
-        return self
 
 
 class Pretrain(Section):
