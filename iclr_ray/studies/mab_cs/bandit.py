@@ -94,10 +94,6 @@ class Instance:
         threshold = (1 - alpha) * self.mu_ref(setting, ell)
         return int(np.flatnonzero(np.asarray(self.mu) >= threshold - 1e-12)[0])
 
-    def gaps(self, setting: Setting, alpha: float, ell: int | None = None) -> np.ndarray:
-        """Per arm: how far its mean is from the acceptance threshold (1 - alpha) mu_ref."""
-        return np.abs(np.asarray(self.mu) - (1 - alpha) * self.mu_ref(setting, ell))
-
 
 class Regret:
     """Cost and quality regret as functions of the pulls so far: pseudo-regret adds a fixed amount

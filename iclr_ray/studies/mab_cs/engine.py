@@ -7,7 +7,7 @@ arm's, whatever the rewards would have been, so the result is the same as steppi
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -38,7 +38,6 @@ class Trace:
     """the arm every run pulled at every step (R x T), when asked for"""
     stepped: int = 0
     """steps simulated one by one (the rest were accounted in a block after every run settled)"""
-    extra: dict = field(default_factory=dict)
 
 
 def simulate(inst: Instance, policy: str, setting: Setting, alpha: float, T: int, seed: int,

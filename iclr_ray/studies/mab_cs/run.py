@@ -76,6 +76,7 @@ def simulate_rllib(inst: Instance, policy: str, setting: str, alpha: float, T: i
     from ...rl.online import OnlinePolicyConfig
     from .env import BanditEnv
 
+    env_runners = min(env_runners, len(runs))  # each env runner plays its share of the runs
     make = functools.partial(one_run_policy, policy=policy, cost=list(inst.cost), T=T, seed=seed, alpha=alpha,
                              setting=setting, ell=ell, reward_model=reward_model, kappa=kappa, etc_factor=etc_factor)
     config = (OnlinePolicyConfig()
