@@ -8,9 +8,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import NullFormatter  # noqa: E402
 import numpy as np  # noqa: E402
 
-STYLE = {"pe": ("tab:blue", "o"), "pe_asym": ("tab:cyan", "D"), "pe_cs": ("tab:blue", "o"),
+STYLE = {"pe": ("tab:blue", "o"), "pe_asym": ("tab:cyan", "D"), "pe_cs": ("tab:purple", "o"),
          "cs_ucb": ("tab:red", "^"), "cs_ts": ("tab:green", "s"), "cs_etc": ("tab:orange", "v")}
 LABEL = {"pe": "PE", "pe_asym": "asymmetric PE", "pe_cs": "PE-CS", "cs_ucb": "CS-UCB", "cs_ts": "CS-TS",
          "cs_etc": "CS-ETC"}
@@ -58,6 +59,7 @@ def gaps(fit: dict[str, Any]):
     ax.plot(fit["gap"], fit["n_of_gap"], "k--", alpha=0.6, label="2 ln(T gap²)/gap²")
     ax.set(xscale="log", yscale="log", xlabel="gap to the threshold", ylabel="pulls of the cheaper arm",
            title="PE: pulls of a suboptimal cheaper arm")
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     return fig
