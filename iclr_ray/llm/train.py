@@ -313,8 +313,8 @@ def fit(cfg: TrainConfig, rows: list[PackedRow], tokenizer, storage_path: str | 
     sets whose loss is reported every ``cfg.eval_every`` steps; ``callbacks``: more Ray Train
     callbacks (a Tune trial passes ``TuneReportCallback``); ``final_eval(model, tokenizer)``: a
     picklable scorer that rank 0 runs on the final checkpoint's Hugging Face model, its numbers
-    added to the last step's metrics (so a trial scores without loading torch and the model in
-    another process). ``fail_once_at_step`` kills the last
+    added to the last step's metrics (so a Tune trial's own process need not load transformers'
+    model code and the model again to score). ``fail_once_at_step`` kills the last
     worker's process at that step of a fresh start (a test of the recovery path)."""
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
