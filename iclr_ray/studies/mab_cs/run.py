@@ -54,12 +54,14 @@ def prepare(cfg: Config) -> dict[str, Instance]:
 def simulate_chunk(inst: Instance, cell: dict[str, Any], seed: int, runs: list[int], cfg: dict[str, Any]) -> dict:
     start = time.perf_counter()
     tr = simulate(inst, cell["policy"], cell["setting"], cell["alpha"], cell["T"], seed, runs, ell=cell.get("ell"), **cfg)
-    return _chunk(tr, len(runs) * cell["T"], len(runs) * tr.stepped, time.perf_counter() - start)
+    return _chunk(tr, time.perf_counter() - start)
 
 
-def _chunk(tr: Trace, steps: int, stepped: int, seconds: float) -> dict:
-    return {"times": tr.times, "cost": tr.cost, "quality": tr.quality, "pulls": tr.pulls, "steps": steps,
-            "stepped": stepped, "seconds": seconds}
+def _chunk(tr: Trace, seconds: float) -> dict:
+    """What the driver keeps of a simulation: curves, pulls, and its pulls made and stepped."""
+    runs, T = tr.cost.shape[0], int(tr.times[-1])
+    return {"times": tr.times, "cost": tr.cost, "quality": tr.quality, "pulls": tr.pulls, "steps": runs * T,
+            "stepped": runs * tr.stepped, "seconds": seconds}
 
 
 def one_run_policy(run: int, policy: str, cost: list[float], T: int, seed: int, alpha: float, setting: str,
@@ -158,7 +160,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
             start = time.perf_counter()
             tr = simulate_rllib(instances[cell["instance"]], cell["policy"], cell["setting"], cell["alpha"], cell["T"],
                                 cfg.seed, runs, ell=cell.get("ell"), env_runners=cfg.rllib_env_runners, **common)
-            outs.append(_chunk(tr, len(runs) * cell["T"], len(runs) * cell["T"], time.perf_counter() - start))
+            outs.append(_chunk(tr, time.perf_counter() - start))
             bar.update()
     else:
         inst_refs = {name: ray.put(instances[name]) for name in {c["instance"] for c in todo}}
