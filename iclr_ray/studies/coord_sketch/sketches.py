@@ -30,32 +30,11 @@ from typing import Literal, Union
 import numpy as np
 import scipy.sparse as sp
 
+from ...hashing import hash_u64, uniform_hash
+
 Method = Literal["priority", "threshold", "jl", "countsketch"]
 METHODS: tuple[str, ...] = ("priority", "threshold", "jl", "countsketch")
 SAMPLING = ("priority", "threshold")
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _mix64(z: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser on a uint64 array (wrapping arithmetic)."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-def hash_u64(keys: np.ndarray, seed: int, salt: int = 0) -> np.ndarray:
-    """A seeded 64-bit hash of integer keys; the same (key, seed, salt) gives the same word anywhere."""
-    k = np.ascontiguousarray(keys, dtype=np.int64).view(np.uint64)
-    s = _mix64(np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64)
-               + np.array([salt + 1], dtype=np.uint64) * _GOLDEN)
-    return _mix64(_mix64(k ^ s) + _GOLDEN)
-
-
-def uniform_hash(keys: np.ndarray, seed: int, salt: int = 0) -> np.ndarray:
-    """h: key -> U(0, 1), open interval, 53 bits."""
-    return ((hash_u64(keys, seed, salt) >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
-
 
 def row_norms2(A: sp.spmatrix | np.ndarray) -> np.ndarray:
     if sp.issparse(A):

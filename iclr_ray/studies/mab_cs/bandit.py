@@ -25,37 +25,27 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from ...hashing import GOLDEN, mix64, to_unit
+
 Setting = Literal["known_ref", "subsidy"]
 RewardModel = Literal["bernoulli", "uniform"]
 
 # streams of the counter-based generator: rewards use REWARD + arm, Thompson samples THETA + arm
 REWARD, TIE, BINARISE, THETA = 0, 1, 2, 1 << 20
 
-_G = np.uint64(0x9E3779B97F4A7C15)
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser: a bijection on uint64 that scrambles every bit."""
-    x = (x ^ (x >> _S30)) * _M1
-    x = (x ^ (x >> _S27)) * _M2
-    return x ^ (x >> _S31)
-
-
 def run_keys(seed: int, runs: Sequence[int] | np.ndarray) -> np.ndarray:
     """One 64-bit key per run, from the experiment seed and the run's index."""
     with np.errstate(over="ignore"):
-        return _mix(_mix(np.asarray(seed, dtype=np.uint64) * _G + np.uint64(1)) ^ np.asarray(runs, dtype=np.uint64))
+        return mix64(mix64(np.asarray(seed, dtype=np.uint64) * GOLDEN + np.uint64(1)) ^ np.asarray(runs, dtype=np.uint64))
 
 
 def uniforms(keys: np.ndarray, t: int, stream: int | np.ndarray) -> np.ndarray:
     """U[0, 1) numbers, one per (run, stream): a pure function of (key, t, stream). ``stream``
     broadcasts against ``keys`` (shape (R,) for one per run, (R, K) for one per run and arm)."""
     with np.errstate(over="ignore"):
-        counter = _mix(np.uint64(t) * _G + np.asarray(stream, dtype=np.uint64))
-        x = _mix(np.asarray(keys, dtype=np.uint64).reshape(np.shape(keys) + (1,) * (np.ndim(stream) - 1)) ^ counter)
-    return (x >> _S11).astype(np.float64) * 2.0**-53
+        counter = mix64(np.uint64(t) * GOLDEN + np.asarray(stream, dtype=np.uint64))
+        x = mix64(np.asarray(keys, dtype=np.uint64).reshape(np.shape(keys) + (1,) * (np.ndim(stream) - 1)) ^ counter)
+    return to_unit(x)
 
 
 @dataclass(frozen=True)
@@ -116,8 +106,8 @@ def reward_uniforms(keys: np.ndarray, t0: int, steps: int, K: int) -> np.ndarray
     t = np.arange(t0, t0 + steps, dtype=np.uint64)[:, None]
     stream = (REWARD + np.arange(K)).astype(np.uint64)[None, :]
     with np.errstate(over="ignore"):
-        x = _mix(np.asarray(keys, dtype=np.uint64)[:, None, None] ^ _mix(t * _G + stream)[None])
-    return (x >> _S11).astype(np.float64) * 2.0**-53
+        x = mix64(np.asarray(keys, dtype=np.uint64)[:, None, None] ^ mix64(t * GOLDEN + stream)[None])
+    return to_unit(x)
 
 
 def rewards(mu: np.ndarray, model: RewardModel, u: np.ndarray) -> np.ndarray:
