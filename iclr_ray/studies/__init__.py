@@ -16,6 +16,7 @@ IMPLEMENTED: dict[str, str | None] = {
     "coord_sketch": None,
     "mab_cs": None,
     "sft_recipe": "llm",
+    "sparse_embed": None,
 }
 
 
