@@ -17,6 +17,7 @@ IMPLEMENTED: dict[str, str | None] = {
     "mab_cs": None,
     "sft_recipe": "llm",
     "sparse_embed": None,
+    "sphere_flow": None,
 }
 
 

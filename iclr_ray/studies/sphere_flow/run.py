@@ -1,0 +1,97 @@
+"""sphere_flow on Ray: one Ray task per simulation cell, (β, d, seed, form, n) for the particle
+experiments and one per noise realisation of the PDE. The cells are deterministic simulations on
+a grid, not a search, so they are plain tasks rather than Tune trials."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import ray
+
+from ...config import ConfigError
+from ...runtime import RunContext
+from . import growth, pde, simulate
+from .analysis import analyse
+from .config import Config
+
+CIRCLE_HORIZON = 50.0
+"""cap on the circle/sphere runs, which stop soon after the linear phase (time units of 1/λ_{k*})"""
+GRAM_MEMORY = 2**31
+"""bytes the n x n Gram matrix of one d >= 4 observation may take (d = 2 and 3 use harmonics)"""
+
+
+def prepare(cfg: Config) -> list[dict[str, Any]]:
+    """Every cell the run needs, checked before Ray starts."""
+    s = cfg.sphere
+    if s.d >= 4 and s.n**2 * 8 > GRAM_MEMORY:
+        raise ConfigError(f"sphere.n: {s.n} tokens need {s.n**2 * 8 / 2**30:.1f} GiB per observation in d = {s.d} "
+                          f"(at most {int(math.sqrt(GRAM_MEMORY / 8))} tokens)")
+    kmax = growth.max_degree(cfg.pde.beta)
+    if cfg.pde.grid // 6 < kmax:  # the band watched for under-resolution must lie above the unstable modes
+        raise ConfigError(f"pde.grid: {cfg.pde.grid} points are too few for beta = {cfg.pde.beta:g}; "
+                          f"its unstable modes reach {kmax}, which needs at least {6 * kmax} points")
+    return cells(cfg)
+
+
+def cells(cfg: Config) -> list[dict[str, Any]]:
+    """Every simulation, the costliest experiments first (the last tasks to finish are short)."""
+    out = []
+    c, m, s, p = cfg.circle, cfg.metastable, cfg.sphere, cfg.pde
+    for beta in m.betas:
+        for form in m.forms:
+            for seed in range(m.seeds):
+                out.append({"experiment": "metastable", "beta": beta, "d": 2, "form": form, "n": m.n, "seed": seed,
+                            "horizon": m.horizon, "snapshots": m.snapshots if seed == 0 else 0})
+    for beta in s.betas:
+        for form in s.forms:
+            for seed in range(s.seeds):
+                out.append({"experiment": "sphere", "beta": beta, "d": s.d, "form": form, "n": s.n, "seed": seed,
+                            "horizon": CIRCLE_HORIZON, "after_linear": s.after_linear if seed == 0 else 0.0,
+                            "snapshots": 2 if seed == 0 else 0})
+    for beta in c.betas:
+        for form in c.forms:
+            for seed in range(c.seeds):
+                out.append({"experiment": "circle", "beta": beta, "d": 2, "form": form, "n": c.n, "seed": seed,
+                            "horizon": CIRCLE_HORIZON, "after_linear": c.after_linear if seed == 0 else 0.0,
+                            "snapshots": 0})
+    for seed in range(p.seeds):
+        out.append({"experiment": "pde", "beta": p.beta, "d": 2, "form": p.form, "n": p.grid, "seed": seed})
+    return out
+
+
+@ray.remote(num_cpus=1)
+def simulate_cell(cell: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    if cell["experiment"] == "pde":
+        p = common["pde"]
+        start = pde.white_noise_start(cell["n"], p["sigma"], cell["seed"], common["root"])
+        return pde.solve(cell["beta"], start, cell["n"], p["horizon"], form=cell["form"], tail_tol=p["tail_tol"],
+                         dt_obs=common["dt_obs"], keep_density=10 if cell["seed"] == 0 else 0)
+    clustering = simulate.Clustering(**common["clustering"]) if cell["d"] == 2 else None
+    return simulate.particles(
+        cell["beta"], cell["d"], cell["form"], cell["n"], cell["seed"], cell["horizon"], root=common["root"],
+        threshold=common["threshold"], stop_after_linear=cell.get("after_linear"), dt_obs=common["dt_obs"],
+        clustering=clustering, snapshots=cell["snapshots"], integrator=common["integrator"], rtol=common["rtol"],
+        atol=common["atol"], rk4_safety=common["rk4_safety"])
+
+
+def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
+    todo = ctx.inputs if ctx.inputs is not None else prepare(cfg)
+    common = {"root": cfg.seed, "threshold": cfg.threshold, "dt_obs": cfg.dt_obs, "integrator": cfg.integrator,
+              "rtol": cfg.rtol, "atol": cfg.atol, "rk4_safety": cfg.rk4_safety,
+              "clustering": cfg.clustering.model_dump(), "pde": cfg.pde.model_dump()}
+    common_ref = ray.put(common)
+    refs = [simulate_cell.remote(cell, common_ref) for cell in todo]  # costliest experiments first
+    kinds = ", ".join(f"{sum(c['experiment'] == e for c in todo)} {e}"
+                      for e in ("metastable", "sphere", "circle", "pde"))
+    print(f"  {len(todo)} simulations in Ray tasks ({kinds}) ...", flush=True)
+    outs = ctx.wait_all(refs, "simulations")
+    for cell, out in zip(todo, outs):
+        ctx.log(**cell, **{k: out[k] for k in ("k_star", "t_end", "seconds", "steps") if k in out},
+                dominant=out.get("linear", {}).get("dominant"), energy_max_drop=out.get("energy_max_drop"),
+                max_defect=out.get("max_defect"), plateau=out.get("plateau"), pattern=out.get("pattern"))
+    metrics = analyse(cfg, todo, outs)
+    from . import plots
+
+    for name, fig in plots.plot_all(metrics, todo, outs).items():
+        ctx.save_plot(fig, name)
+    return metrics
