@@ -113,3 +113,16 @@ def ray_cluster(tmp_path_factory):
         ray.shutdown()
         _stop(proc)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _offline_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    # RAY_ADDRESS pointing nowhere: a CLI that tried to reach Ray would fail differently
+    return subprocess.run([sys.executable, "-m", "iclr_ray", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "RAY_ADDRESS": "127.0.0.1:1"})
+
+
+@pytest.fixture
+def offline_cli():
+    """Run ``iclr-ray ARGS`` in a subprocess that cannot reach any Ray (for the exit-2 input errors,
+    which must come before Ray starts)."""
+    return _offline_cli

@@ -1,9 +1,6 @@
 """sparse_embed end to end: the smoke study on the session's Ray cluster, on generated data and on
 a docword file, and its input errors, which exit 2 with one line before Ray starts."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import scipy.sparse as sp
@@ -15,11 +12,6 @@ CLAIMS = {"lp_within_eps", "lp_dims_law", "one_sided", "linf_exact", "linf_log_t
           "signed_fails", "birthday_curve", "birthday_s_squared", "cs_beats_s_squared", "diameter_exact_linf",
           "diameter_lp", "k_center_linf_same"}
 
-
-def run_cli(*args):
-    # RAY_ADDRESS pointing nowhere: a CLI that tried to reach Ray would fail differently
-    return subprocess.run([sys.executable, "-m", "iclr_ray", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "RAY_ADDRESS": "127.0.0.1:1"})
 
 
 @pytest.mark.slow
@@ -71,23 +63,23 @@ def test_docword_file_replaces_the_generated_vectors(ray_cluster, tmp_path):
     (["cs.m_min=64", "cs.m_max=32"], "cs.m_min = 64 exceeds cs.m_max = 32"),
     (["lp.colour=red"], "unknown key 'lp.colour'"),
 ])
-def test_bad_config_exits_2_with_one_line(sets, message):
+def test_bad_config_exits_2_with_one_line(sets, message, offline_cli):
     args = [x for s in sets for x in ("--set", s)]
-    proc = run_cli("run", "sparse_embed", "--preset", "smoke", *args)
+    proc = offline_cli("run", "sparse_embed", "--preset", "smoke", *args)
     assert proc.returncode == 2, proc.stderr
     err = proc.stderr.strip()
     assert message in err and len(err.splitlines()) == 1
 
 
-def test_bad_data_files_exit_2_with_one_line(tmp_path):
+def test_bad_data_files_exit_2_with_one_line(tmp_path, offline_cli):
     bad = tmp_path / "docword.bad.txt"
     bad.write_text("3\n5\n2\n1 2 3\n2 x 1\n")
-    proc = run_cli("run", "sparse_embed", "--preset", "smoke", "--set", f"vectors.docword={bad}")
+    proc = offline_cli("run", "sparse_embed", "--preset", "smoke", "--set", f"vectors.docword={bad}")
     assert proc.returncode == 2 and f"{bad}:5: expected 'docID wordID count'" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     sp.save_npz(tmp_path / "x.npz", data.random_sparse(5, 100, 3, seed=0))
-    proc = run_cli("run", "sparse_embed", "--preset", "smoke", "--set", f"vectors.docword={bad}",
+    proc = offline_cli("run", "sparse_embed", "--preset", "smoke", "--set", f"vectors.docword={bad}",
                    "--set", f"vectors.npz={tmp_path / 'x.npz'}")
     assert proc.returncode == 2 and "give at most one of docword and npz" in proc.stderr
-    proc = run_cli("run", "sparse_embed", "--preset", "smoke", "--set", f"vectors.npz={tmp_path / 'none.npz'}")
+    proc = offline_cli("run", "sparse_embed", "--preset", "smoke", "--set", f"vectors.npz={tmp_path / 'none.npz'}")
     assert proc.returncode == 2 and "vectors.npz" in proc.stderr
