@@ -116,13 +116,25 @@ def ray_cluster(tmp_path_factory):
 
 
 def _offline_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    # RAY_ADDRESS pointing nowhere: a CLI that tried to reach Ray would fail differently
+    """``iclr-ray ARGS`` in a subprocess that cannot reach any Ray: RAY_ADDRESS points nowhere, so
+    a CLI that tried to reach Ray would fail differently."""
     return subprocess.run([sys.executable, "-m", "iclr_ray", *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "RAY_ADDRESS": "127.0.0.1:1"})
 
 
 @pytest.fixture
-def offline_cli():
-    """Run ``iclr-ray ARGS`` in a subprocess that cannot reach any Ray (for the exit-2 input errors,
-    which must come before Ray starts)."""
-    return _offline_cli
+def input_error(tmp_path):
+    """``input_error(study, ["a.b=v", ...])`` runs ``iclr-ray run STUDY --preset smoke --set ...``
+    offline and returns its error line, after checking the input contract: exit code 2, one line
+    on stderr, and no run directory written."""
+    def check(study: str, sets: list[str]) -> str:
+        out = tmp_path / "out"
+        args = [x for s in sets for x in ("--set", s)]
+        res = _offline_cli("run", study, "--preset", "smoke", "--out", str(out), *args)
+        assert res.returncode == 2, res.stderr
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1, res.stderr
+        assert not out.exists()
+        return lines[0]
+
+    return check

@@ -54,18 +54,11 @@ def test_smoke_study_runs_every_experiment_with_real_format_instances(ray_cluste
     (["real.goodreads=/nonexistent.csv"], "/nonexistent.csv: cannot read"),
     ([f"real.movielens_ratings={__file__}"], "give both movielens_ratings and movielens_movies"),
 ])
-def test_input_errors_exit_2_before_ray(tmp_path, sets, message, offline_cli):
-    args = [x for s in sets for x in ("--set", s)]
-    res = offline_cli("run", "mab_cs", "--preset", "smoke", "--out", str(tmp_path / "out"), *args)
-    assert res.returncode == 2, res.stderr
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], res.stderr
-    assert not (tmp_path / "out").exists()
+def test_input_errors_exit_2_before_ray(sets, message, input_error):
+    assert message in input_error("mab_cs", sets)
 
 
-def test_bad_ratings_file_names_its_line(tmp_path, offline_cli):
+def test_bad_ratings_file_names_its_line(tmp_path, input_error):
     sets = _real_files(tmp_path)
     (tmp_path / "ratings.csv").write_text("userId,movieId,rating,timestamp\n1,1,4.5,0\n2,2,lots,0\n")
-    args = [x for s in sets for x in ("--set", s)]
-    res = offline_cli("run", "mab_cs", "--preset", "smoke", "--out", str(tmp_path / "out"), *args)
-    assert res.returncode == 2 and f"{tmp_path / 'ratings.csv'}:3: rating 'lots' is not a number" in res.stderr
+    assert f"{tmp_path / 'ratings.csv'}:3: rating 'lots' is not a number" in input_error("mab_cs", sets)

@@ -63,23 +63,15 @@ def test_docword_file_replaces_the_generated_vectors(ray_cluster, tmp_path):
     (["cs.m_min=64", "cs.m_max=32"], "cs.m_min = 64 exceeds cs.m_max = 32"),
     (["lp.colour=red"], "unknown key 'lp.colour'"),
 ])
-def test_bad_config_exits_2_with_one_line(sets, message, offline_cli):
-    args = [x for s in sets for x in ("--set", s)]
-    proc = offline_cli("run", "sparse_embed", "--preset", "smoke", *args)
-    assert proc.returncode == 2, proc.stderr
-    err = proc.stderr.strip()
-    assert message in err and len(err.splitlines()) == 1
+def test_bad_config_exits_2_with_one_line(sets, message, input_error):
+    assert message in input_error("sparse_embed", sets)
 
 
-def test_bad_data_files_exit_2_with_one_line(tmp_path, offline_cli):
+def test_bad_data_files_exit_2_with_one_line(tmp_path, input_error):
     bad = tmp_path / "docword.bad.txt"
     bad.write_text("3\n5\n2\n1 2 3\n2 x 1\n")
-    proc = offline_cli("run", "sparse_embed", "--preset", "smoke", "--set", f"vectors.docword={bad}")
-    assert proc.returncode == 2 and f"{bad}:5: expected 'docID wordID count'" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    assert f"{bad}:5: expected 'docID wordID count'" in input_error("sparse_embed", [f"vectors.docword={bad}"])
     sp.save_npz(tmp_path / "x.npz", data.random_sparse(5, 100, 3, seed=0))
-    proc = offline_cli("run", "sparse_embed", "--preset", "smoke", "--set", f"vectors.docword={bad}",
-                   "--set", f"vectors.npz={tmp_path / 'x.npz'}")
-    assert proc.returncode == 2 and "give at most one of docword and npz" in proc.stderr
-    proc = offline_cli("run", "sparse_embed", "--preset", "smoke", "--set", f"vectors.npz={tmp_path / 'none.npz'}")
-    assert proc.returncode == 2 and "vectors.npz" in proc.stderr
+    both = [f"vectors.docword={bad}", f"vectors.npz={tmp_path / 'x.npz'}"]
+    assert "give at most one of docword and npz" in input_error("sparse_embed", both)
+    assert "vectors.npz" in input_error("sparse_embed", [f"vectors.npz={tmp_path / 'none.npz'}"])

@@ -51,10 +51,5 @@ def test_smoke_study_runs_every_experiment(ray_cluster, tmp_path):
     (["pde.grid=64"], "pde.grid: 64 points are too few for beta = 5"),
     (["sphere.d=4", "sphere.n=30000"], "sphere.n: 30000 tokens need 6.7 GiB per observation in d = 4"),
 ])
-def test_input_errors_exit_2_before_ray(tmp_path, sets, message, offline_cli):
-    args = [x for s in sets for x in ("--set", s)]
-    res = offline_cli("run", "sphere_flow", "--preset", "smoke", "--out", str(tmp_path / "out"), *args)
-    assert res.returncode == 2, res.stderr
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], res.stderr
-    assert not (tmp_path / "out").exists()
+def test_input_errors_exit_2_before_ray(sets, message, input_error):
+    assert message in input_error("sphere_flow", sets)
