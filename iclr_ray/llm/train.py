@@ -1,4 +1,9 @@
-"""Supervised fine-tuning on Ray Train with DeepSpeed: the worker loop and the trainer around it.
+"""Training on Ray Train with DeepSpeed: the worker loop and the trainer around it.
+
+The loop is shared; what it trains comes from a :class:`Recipe` (the model, each step's
+batches, the logits of a batch, how the model is saved and scored at the end).
+:class:`ChatRecipe` is supervised fine-tuning and pre-training of a Hugging Face causal LM on
+packed rows (:func:`fit`); a study with its own model passes its recipe to :func:`fit_recipe`.
 
 Every worker builds (or loads) the same model, wraps it in a DeepSpeed engine (ZeRO stage from
 the config; gloo on CPU, NCCL on GPU, chosen by Ray Train; bf16 only where the GPU has it), and
@@ -16,6 +21,7 @@ import importlib
 import os
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
@@ -129,6 +135,98 @@ def read_files(directory: str | Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in Path(directory).iterdir() if p.is_file()}
 
 
+class Recipe(ABC):
+    """What a run trains and on what: the parts of the loop a study fills in. The loop (DeepSpeed
+    engine, step schedule, loss normalisation, metrics, checkpoints, resume, Ray Train reports) is
+    the same for every recipe. A recipe is pickled to every worker, so it holds object refs and
+    small values; ``setup`` (in the worker) resolves them."""
+
+    def setup(self) -> None:
+        """Runs once in each worker before anything else."""
+
+    @abstractmethod
+    def build_model(self, cfg: TrainConfig):
+        """The model, with the same weights on every rank (seeded by ``cfg.seed``)."""
+
+    @abstractmethod
+    def step_batches(self, step: int, cfg: TrainConfig) -> list[tuple[dict[str, Any], int]]:
+        """Every micro-batch of optimiser step ``step`` over all workers, as (CPU tensors with
+        ``labels`` (IGNORE where a token carries no loss), real tokens); the same on every rank and
+        a pure function of the step, so a resumed run sees the data it would have seen."""
+
+    @abstractmethod
+    def logits(self, engine, batch: dict[str, Any]):
+        """The model's logits for one (device) batch."""
+
+    def eval_batches(self, cfg: TrainConfig) -> dict[str, list[dict[str, Any]]]:
+        """Named held-out sets as lists of CPU batches (their loss is reported every ``eval_every``)."""
+        return {}
+
+    def save(self, engine, path: Path, rank: int, zero_stage: int) -> None:
+        """The model in its servable format under ``path`` (DeepSpeed's own state is saved beside it)."""
+
+    def final_metrics(self, path: Path) -> dict[str, float]:
+        """Rank 0, last step: numbers computed from the saved model at ``path``, added to the report."""
+        return {}
+
+    def seq_len(self) -> int:
+        return 0
+
+
+class ChatRecipe(Recipe):
+    """Causal-LM training of a Hugging Face model on packed rows (SFT and pre-training)."""
+
+    def __init__(self, rows, tokenizer_files: dict[str, bytes], order=None, eval_rows=None,
+                 final_eval: Callable[[Any, Any], dict[str, float]] | None = None):
+        self.rows_ref, self.tokenizer_files, self.order_ref, self.eval_ref = rows, tokenizer_files, order, eval_rows
+        self.final_eval = final_eval
+
+    def setup(self) -> None:
+        import ray
+        from transformers import AutoTokenizer
+
+        self.rows: list[PackedRow] = ray.get(self.rows_ref)
+        self.order = ray.get(self.order_ref) if self.order_ref is not None else None
+        self.eval_rows: dict[str, list[PackedRow]] = ray.get(self.eval_ref) if self.eval_ref is not None else {}
+        self.tokenizer = AutoTokenizer.from_pretrained(_write_files(self.tokenizer_files))
+
+    def build_model(self, cfg: TrainConfig):
+        from transformers import AutoModelForCausalLM
+
+        from .model import TINY_MODELS, build_model
+
+        if cfg.model in TINY_MODELS:
+            return build_model(cfg.model, self.tokenizer, seed=cfg.seed)
+        return AutoModelForCausalLM.from_pretrained(cfg.model)
+
+    def step_batches(self, step: int, cfg: TrainConfig) -> list[tuple[dict[str, Any], int]]:
+        rows_now = step_rows(self.rows, step, cfg, cfg.seed, self.order)
+        micro = [rows_now[i:i + cfg.micro_batch_size] for i in range(0, len(rows_now), cfg.micro_batch_size)]
+        return [(collate(m), sum(r.n_real for r in m)) for m in micro]
+
+    def logits(self, engine, batch: dict[str, Any]):
+        return engine(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits
+
+    def eval_batches(self, cfg: TrainConfig) -> dict[str, list[dict[str, Any]]]:
+        b = cfg.micro_batch_size
+        return {name: [collate(rows[i:i + b]) for i in range(0, len(rows), b)] for name, rows in self.eval_rows.items()}
+
+    def save(self, engine, path: Path, rank: int, zero_stage: int) -> None:
+        _save_hf(engine, self.tokenizer, path / "model", rank, zero_stage)
+
+    def final_metrics(self, path: Path) -> dict[str, float]:
+        if self.final_eval is None:
+            return {}
+        from transformers import AutoModelForCausalLM
+
+        # scored here, where torch and transformers are loaded already, on the very model the
+        # checkpoint holds (any ZeRO stage: read back from its HF files)
+        return self.final_eval(AutoModelForCausalLM.from_pretrained(path / "model"), self.tokenizer)
+
+    def seq_len(self) -> int:
+        return len(self.rows[0].input_ids) if self.rows else 0
+
+
 def train_worker(config: dict[str, Any]) -> None:
     """The Ray Train loop of one worker (``TorchTrainer(train_loop_per_worker=train_worker)``)."""
     import deepspeed
@@ -136,29 +234,23 @@ def train_worker(config: dict[str, Any]) -> None:
     import ray.train
     import torch
     import torch.distributed as dist
-    from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
-
-    from .model import TINY_MODELS, build_model
+    from transformers import get_scheduler
 
     cfg = TrainConfig.model_validate(config["train"])
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    rows: list[PackedRow] = ray.get(config["rows"])
-    order = ray.get(config["order"]) if config.get("order") is not None else None
-    eval_sets: dict[str, list[PackedRow]] = ray.get(config["eval_rows"]) if config.get("eval_rows") else {}
+    recipe: Recipe = config["recipe"]
+    recipe.setup()
+    eval_sets = recipe.eval_batches(cfg) if cfg.eval_every else {}
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
     bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
 
-    tokenizer = AutoTokenizer.from_pretrained(_write_files(config["tokenizer_files"]))
-    if cfg.model in TINY_MODELS:
-        model = build_model(cfg.model, tokenizer, seed=cfg.seed)  # same seed: same weights on every rank
-    else:
-        model = AutoModelForCausalLM.from_pretrained(cfg.model)
+    model = recipe.build_model(cfg)
     peak = peak_flops(torch.cuda.get_device_name(device), bf16) if device.type == "cuda" else None
-    mc = model.config
+    mc = getattr(model, "config", None)
     token_flops = flops_per_token(sum(p.numel() for p in model.parameters()), getattr(mc, "num_hidden_layers", 0),
-                                  getattr(mc, "hidden_size", 0), len(rows[0].input_ids) if rows else 0)
+                                  getattr(mc, "hidden_size", 0), recipe.seq_len())
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     scheduler = get_scheduler(SCHEDULES[cfg.schedule], optimizer, num_warmup_steps=cfg.warmup_steps,
                               num_training_steps=cfg.max_steps)
@@ -173,44 +265,41 @@ def train_worker(config: dict[str, Any]) -> None:
             _, client_state = engine.load_checkpoint(str(Path(d) / "deepspeed"))
         start = int(client_state["step"])
     fail_at = config.get("fail_once_at_step")  # fault injection for the recovery test
-    final_eval = config.get("final_eval")
 
     for step in range(start, cfg.max_steps):
         if fail_at is not None and step == fail_at and checkpoint is None and rank == world - 1:
             os._exit(1)  # a real worker death: Ray Train restarts the group from the latest checkpoint
         t0 = time.perf_counter()
-        rows_now = step_rows(rows, step, cfg, cfg.seed, order)
-        micro = [rows_now[i:i + cfg.micro_batch_size] for i in range(0, len(rows_now), cfg.micro_batch_size)]
-        batches = [collate(m) for m in micro]  # every worker's micro-batches: each needs the token count
-        step_tokens = sum(label_tokens(b["labels"]) for b in batches)
-        mine = list(zip(micro, batches))[rank::world]
+        batches = recipe.step_batches(step, cfg)  # every worker's micro-batches: each needs the token count
+        step_tokens = sum(label_tokens(b["labels"]) for b, _ in batches)
+        mine = batches[rank::world]
         loss_sum = torch.zeros((), dtype=torch.float64)
         real_tokens = 0
-        for m, cpu_batch in mine:
+        for cpu_batch, n_real in mine:
             batch = {k: v.to(device) for k, v in cpu_batch.items()}
-            out = engine(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False)
-            total, _ = summed_token_loss(out.logits, batch["labels"])
+            total, _ = summed_token_loss(recipe.logits(engine, batch), batch["labels"])
             engine.backward(step_loss(total, step_tokens, world), scale_wrt_gas=False)
             engine.step()
             loss_sum += total.detach().double().cpu()
-            real_tokens += sum(r.n_real for r in m)
+            real_tokens += n_real
         stats = torch.tensor([loss_sum.item(), float(real_tokens)], dtype=torch.float64)
         dist.all_reduce(stats)
         seconds = time.perf_counter() - t0
+        samples = sum(len(b["labels"]) for b, _ in batches)
         metrics = {
             "step": step + 1,
             "loss": stats[0].item() / max(step_tokens, 1),
             "grad_norm": float(engine.get_global_grad_norm() or 0.0),
             "lr": scheduler.get_last_lr()[0],
             "tokens_per_s": stats[1].item() / seconds,
-            "samples_per_s": len(rows_now) / seconds,
-            "samples": (step + 1) * cfg.rows_per_step(),
+            "samples_per_s": samples / seconds,
+            "samples": (step + 1) * samples,
             "progress": (step + 1) / cfg.max_steps,
             "resumed_from": start,
         }
         last = step + 1 == cfg.max_steps
-        if eval_sets and cfg.eval_every and (last or (step + 1) % cfg.eval_every == 0):
-            metrics.update(_eval_losses(engine, eval_sets, cfg.micro_batch_size, rank, world, device))
+        if eval_sets and (last or (step + 1) % cfg.eval_every == 0):
+            metrics.update(_eval_losses(engine, recipe, eval_sets, rank, world, device))
         if device.type == "cuda":
             metrics["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 2**30
             if peak:  # model FLOPs utilisation over all workers
@@ -219,17 +308,15 @@ def train_worker(config: dict[str, Any]) -> None:
             with tempfile.TemporaryDirectory() as d:
                 engine.save_checkpoint(str(Path(d) / "deepspeed"), tag=f"step{step + 1}",
                                        client_state={"step": step + 1})
-                _save_hf(engine, tokenizer, Path(d) / "model", rank, cfg.zero_stage)
-                if last and final_eval is not None and rank == 0:
-                    # scored here, where torch and transformers are loaded already, on the very
-                    # model the checkpoint holds (any ZeRO stage: read back from its HF files)
-                    metrics.update(final_eval(AutoModelForCausalLM.from_pretrained(Path(d) / "model"), tokenizer))
+                recipe.save(engine, Path(d), rank, cfg.zero_stage)
+                if last and rank == 0:
+                    metrics.update(recipe.final_metrics(Path(d)))
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
         else:
             ray.train.report(metrics)
 
 
-def _eval_losses(engine, eval_sets: dict[str, list[PackedRow]], batch_size: int, rank: int, world: int,
+def _eval_losses(engine, recipe: Recipe, eval_sets: dict[str, list[dict[str, Any]]], rank: int, world: int,
                  device) -> dict[str, float]:
     """Held-out loss per label token of each named set and of all together, over all workers.
     Every rank runs the same number of forward passes (ZeRO-3 gathers parameters collectively):
@@ -241,15 +328,12 @@ def _eval_losses(engine, eval_sets: dict[str, list[PackedRow]], batch_size: int,
     out: dict[str, float] = {}
     totals = torch.zeros(2, dtype=torch.float64)
     with torch.no_grad():
-        for name, rows in eval_sets.items():
-            batches = [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
+        for name, batches in eval_sets.items():
             mine = batches[rank::world]
             sums = torch.zeros(2, dtype=torch.float64)
             for k in range(-(-len(batches) // world)):
-                b = collate(mine[k] if k < len(mine) else batches[0])
-                logits = engine(input_ids=b["input_ids"].to(device), position_ids=b["position_ids"].to(device),
-                                use_cache=False).logits
-                total, n = summed_token_loss(logits, b["labels"].to(device))
+                b = {key: v.to(device) for key, v in (mine[k] if k < len(mine) else batches[0]).items()}
+                total, n = summed_token_loss(recipe.logits(engine, b), b["labels"])
                 if k < len(mine):
                     sums += torch.tensor([total.item(), float(n)], dtype=torch.float64)
             dist.all_reduce(sums)
@@ -305,24 +389,36 @@ def fit(cfg: TrainConfig, rows: list[PackedRow], tokenizer, storage_path: str | 
         fail_once_at_step: int | None = None, order: Sequence[int] | None = None,
         eval_rows: dict[str, list[PackedRow]] | None = None, callbacks: Sequence[Any] = (),
         final_eval: Callable[[Any, Any], dict[str, float]] | None = None):
-    """Run the loop on ``cfg.num_workers`` Ray Train workers; returns Ray Train's Result.
+    """Train a Hugging Face causal LM on packed rows (:class:`ChatRecipe`); returns Ray Train's Result.
 
-    Rerunning with the same ``storage_path``/``name`` resumes from the latest checkpoint. Every
-    step's metrics land in ``storage_path/name/steps.jsonl`` (see :func:`read_steps`).
     ``order``: the row order to train in (see :func:`step_rows`); ``eval_rows``: named held-out
-    sets whose loss is reported every ``cfg.eval_every`` steps; ``callbacks``: more Ray Train
-    callbacks (a Tune trial passes ``TuneReportCallback``); ``final_eval(model, tokenizer)``: a
+    sets whose loss is reported every ``cfg.eval_every`` steps; ``final_eval(model, tokenizer)``: a
     picklable scorer that rank 0 runs on the final checkpoint's Hugging Face model, its numbers
     added to the last step's metrics (so a Tune trial's own process need not load transformers'
-    model code and the model again to score). ``fail_once_at_step`` kills the last
-    worker's process at that step of a fresh start (a test of the recovery path)."""
+    model code and the model again to score). The rest as :func:`fit_recipe`."""
     import ray
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
 
     with tempfile.TemporaryDirectory() as d:
         tokenizer.save_pretrained(d)
         files = read_files(d)
+    recipe = ChatRecipe(ray.put(rows), files, order=ray.put(list(order)) if order is not None else None,
+                        eval_rows=ray.put(eval_rows) if eval_rows else None, final_eval=final_eval)
+    return fit_recipe(cfg, recipe, storage_path, name, fail_once_at_step=fail_once_at_step, callbacks=callbacks)
+
+
+def fit_recipe(cfg: TrainConfig, recipe: Recipe, storage_path: str | Path, name: str,
+               fail_once_at_step: int | None = None, callbacks: Sequence[Any] = ()):
+    """Run the loop on ``cfg.num_workers`` Ray Train workers; returns Ray Train's Result.
+
+    Rerunning with the same ``storage_path``/``name`` resumes from the latest checkpoint. Every
+    step's metrics land in ``storage_path/name/steps.jsonl`` (see :func:`read_steps`).
+    ``callbacks``: more Ray Train callbacks (a Tune trial passes ``TuneReportCallback``);
+    ``fail_once_at_step`` kills the last worker's process at that step of a fresh start (a test of
+    the recovery path)."""
+    import ray
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
     use_gpu = bool(ray.cluster_resources().get("GPU", 0))
     run_path = Path(storage_path).resolve() / name
     run_path.mkdir(parents=True, exist_ok=True)
@@ -331,10 +427,8 @@ def fit(cfg: TrainConfig, rows: list[PackedRow], tokenizer, storage_path: str | 
     cpu = 0.99 if _in_tune_trial() else 1.0
     trainer = TorchTrainer(
         train_worker,
-        train_loop_config={"train": cfg.model_dump(mode="json"), "rows": ray.put(rows), "tokenizer_files": files,
-                           "fail_once_at_step": fail_once_at_step, "final_eval": final_eval,
-                           "order": ray.put(list(order)) if order is not None else None,
-                           "eval_rows": ray.put(eval_rows) if eval_rows else None},
+        train_loop_config={"train": cfg.model_dump(mode="json"), "recipe": recipe,
+                           "fail_once_at_step": fail_once_at_step},
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu,
                                      resources_per_worker=None if use_gpu else {"CPU": cpu}),
         run_config=RunConfig(name=name, storage_path=str(run_path.parent),
