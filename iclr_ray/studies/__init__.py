@@ -13,6 +13,7 @@ from ..config import ConfigError, StudyConfig
 
 # study id -> the extra (pyproject optional dependency) its imports need beyond the core
 IMPLEMENTED: dict[str, str | None] = {
+    "arith_coupling": "llm",
     "coord_sketch": None,
     "mab_cs": None,
     "sft_recipe": "llm",

@@ -1,0 +1,106 @@
+"""arith_coupling config. Defaults are the ``small`` preset: a 2-layer, 128-wide decoder per method
+trained 1500 steps of 64 examples, multi-operand addition on <= 4 digits x <= 4 operands and
+multiplication on <= 4 x <= 3 digits, evaluated on grids to 2-3x those ranges."""
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import DirectoryPath, Field, model_validator
+
+from ...config import Section, StudyConfig
+from .data import MethodName, TaskName
+
+
+class Task(Section):
+    """One task and its grid. For multiplication "digits" is the length of A and "count" the
+    length of B; for two-operand addition count is ignored."""
+
+    name: TaskName
+    train_digits: tuple[int, int] = (1, 4)
+    train_count: tuple[int, int] = (2, 4)
+    eval_digits: list[int] = Field([1, 2, 4, 6, 8, 10, 12], min_length=1)
+    eval_count: list[int] = Field([2, 4, 6, 8, 10, 12], min_length=1)
+    max_position: int = Field(40, ge=2)
+    """largest position id (tables of max_position + 1 rows); training offsets keep ids within it"""
+    eval_samples: int = Field(100, ge=1)
+    """examples per grid cell (the same numbers for every method)"""
+    lr: Optional[float] = Field(None, gt=0)
+    """this task's learning rate (default: train.lr)"""
+
+    @model_validator(mode="after")
+    def _ranges(self):
+        for key in ("train_digits", "train_count"):
+            lo, hi = getattr(self, key)
+            if not 1 <= lo <= hi:
+                raise ValueError(f"{key} must be (lo, hi) with 1 <= lo <= hi, got ({lo}, {hi})")
+        if self.name == "multi_addition" and (self.train_count[0] < 2 or min(self.eval_count) < 2):
+            raise ValueError("multi-operand addition needs at least 2 operands")
+        return self
+
+
+class Model(Section):
+    d_model: int = Field(128, ge=8)
+    layers: int = Field(2, ge=1)
+    heads: int = Field(4, ge=1)
+    d_ff: int = Field(512, ge=8)
+
+    @model_validator(mode="after")
+    def _heads(self):
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model {self.d_model} is not a multiple of heads {self.heads}")
+        return self
+
+
+class Training(Section):
+    steps: int = Field(1500, ge=1)
+    batch: int = Field(64, ge=1)
+    """examples per optimiser step (all workers together)"""
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    warmup: float = Field(0.01, ge=0, lt=1)
+    """share of the steps spent warming up (the paper: 1%)"""
+    num_workers: int = Field(1, ge=1)
+
+
+class Config(StudyConfig):
+    tasks: list[Task] = [
+        Task(name="multi_addition"),
+        Task(name="multiplication", train_digits=(1, 4), train_count=(1, 3), eval_digits=[1, 2, 4, 6, 8, 10],
+             eval_count=[1, 2, 3, 4, 6, 8], max_position=40, eval_samples=100),
+    ]
+    methods: list[MethodName] = ["coupled", "single", "no_scratchpad", "absolute", "nope"]
+    """coupled is the paper's method; the others are its baselines at the same size"""
+    seeds: int = Field(1, ge=1)
+    model: Model = Model()
+    train: Training = Training()
+    threshold: float = Field(0.9, gt=0, le=1)
+    """exact-match accuracy a grid cell needs to count as solved (extrapolation factors)"""
+    max_concurrent_trials: int = Field(2, ge=1)
+    eval_only: Optional[DirectoryPath] = None
+    """a finished arith_coupling run: re-evaluate its saved models on this config's grids, no training"""
+
+
+PRESETS = {
+    "smoke": {
+        "tasks": [{"name": "multi_addition", "train_digits": [1, 2], "train_count": [2, 3], "eval_digits": [1, 2, 4],
+                   "eval_count": [2, 3, 6], "max_position": 12, "eval_samples": 10}],
+        "methods": ["coupled", "nope"],
+        "model": {"d_model": 32, "layers": 1, "heads": 2, "d_ff": 64},
+        "train": {"steps": 30, "batch": 32, "lr": 3e-3},
+    },
+    "small": {},
+    "paper": {
+        # the official scripts: multi-operand addition (6 layers, 8 heads, d 1024, lr 3e-5, batch 400,
+        # 50k steps; digits and operands 1-10 / 2-10 with max position 40) and multiplication
+        # (max position 70, lr 5e-5, batch 250); evaluated up to 30 x 30
+        "tasks": [{"name": "multi_addition", "train_digits": [1, 10], "train_count": [2, 10],
+                   "eval_digits": [1, 5, 10, 15, 20, 25, 30], "eval_count": [2, 5, 10, 15, 20, 25, 30],
+                   "max_position": 40, "eval_samples": 1000},
+                  {"name": "multiplication", "train_digits": [1, 10], "train_count": [1, 10],
+                   "eval_digits": [1, 5, 10, 15, 20], "eval_count": [1, 5, 10, 15, 20], "max_position": 70,
+                   "eval_samples": 1000, "lr": 5e-5}],
+        "seeds": 3,
+        "model": {"d_model": 1024, "layers": 6, "heads": 8, "d_ff": 2048},
+        "train": {"steps": 50_000, "batch": 400, "lr": 3e-5, "num_workers": 1},
+    },
+}

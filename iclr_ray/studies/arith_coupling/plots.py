@@ -1,0 +1,64 @@
+"""Figures for arith_coupling: an exact-match heat map per method and task (the paper's figure
+type), with the training range outlined, and the training loss of every trial."""
+from __future__ import annotations
+
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
+
+from .analysis import AXES, factor, mean_grid  # noqa: E402
+
+
+def heatmaps(metrics: dict[str, Any], task: dict[str, Any]):
+    methods = list(dict.fromkeys(t["method"] for t in metrics["trials"] if t["task"] == task["name"]))
+    digits, counts = task["eval_digits"], task["eval_count"]
+    fig, axes = plt.subplots(1, len(methods), figsize=(3.2 * len(methods) + 1, 3.4), squeeze=False)
+    ax_d, ax_c = AXES[task["name"]]
+    im = None
+    for ax, method in zip(axes[0], methods):
+        grid = mean_grid(metrics["trials"], task["name"], method)
+        A = np.array([[grid.get((d, c), np.nan) for c in counts] for d in digits])
+        im = ax.imshow(A, vmin=0, vmax=1, cmap="viridis", origin="lower", aspect="auto")
+        for i in range(len(digits)):
+            for j in range(len(counts)):
+                if np.isfinite(A[i, j]):
+                    ax.text(j, i, f"{A[i, j]:.2f}"[1:] if A[i, j] < 1 else "1", ha="center", va="center", fontsize=6,
+                            color="white" if A[i, j] < 0.6 else "black")
+        inside_d = [i for i, d in enumerate(digits) if task["train_digits"][0] <= d <= task["train_digits"][1]]
+        inside_c = [j for j, c in enumerate(counts) if task["train_count"][0] <= c <= task["train_count"][1]]
+        if inside_d and inside_c:
+            ax.add_patch(Rectangle((inside_c[0] - 0.5, inside_d[0] - 0.5), len(inside_c), len(inside_d), fill=False,
+                                   ec="red", lw=1.5))
+        fd = factor(grid, task, "digits", metrics["threshold"])
+        fc = factor(grid, task, "count", metrics["threshold"])
+        ax.set(xticks=range(len(counts)), xticklabels=counts, yticks=range(len(digits)), yticklabels=digits,
+               xlabel=ax_c, title=f"{method}\nfactors {fd:.1f}x / {fc:.1f}x")
+    axes[0][0].set_ylabel(ax_d)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="exact match")
+    fig.suptitle(f"{task['name']}: exact match (red: training range)", y=1.02)
+    return fig
+
+
+def loss_curves(metrics: dict[str, Any]):
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for t in metrics["trials"]:
+        if t.get("curve"):
+            s, loss = np.array(t["curve"]).T
+            ax.plot(s, loss, label=f"{t['task']} / {t['method']} / seed {t['seed']}", lw=1)
+    ax.set(yscale="log", xlabel="step", ylabel="training loss per target token", title="training")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=6)
+    return fig
+
+
+def plot_all(metrics: dict[str, Any]) -> dict[str, Any]:
+    figs = {f"heatmap_{t['name']}": heatmaps(metrics, t) for t in metrics["tasks"]
+            if any(r["task"] == t["name"] for r in metrics["trials"])}
+    if any(t.get("curve") for t in metrics["trials"]):
+        figs["loss_curves"] = loss_curves(metrics)
+    return figs

@@ -1,0 +1,288 @@
+"""arith_coupling on Ray: every (task, method, seed) is one Ray Tune trial of a grid, and each trial
+trains its model with the shared Ray Train + DeepSpeed loop (``llm.train.fit_recipe`` with the
+:class:`CouplingRecipe` below: fresh examples and fresh position offsets every step, drawn from
+the step number, so a resumed run sees the data it would have seen). Rank 0 scores the final
+checkpoint on the task's whole evaluation grid inside the Train worker. ``eval_only`` loads the
+models a finished run saved and scores them on this config's grids, one Ray task per model."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...config import ConfigError, DataError
+from ...llm.train import Recipe, TrainConfig
+from . import data
+from .config import Config, Task
+
+MODEL_FILE, MODEL_CONFIG = "model.pt", "model.json"
+
+
+def needed_rows(task: dict[str, Any], method: str) -> int:
+    """Position-table rows the task's training range and evaluation grid use: the largest coupled
+    id + 1, or the longest sequence for absolute positions."""
+    m = data.method(task["name"], method)
+    cells = [(d, c) for d in task["eval_digits"] + [task["train_digits"][1]]
+             for c in task["eval_count"] + [task["train_count"][1]]]
+    sizes = [data.longest(task["name"], m, d, c) for d, c in cells]
+    return max(n for n, _ in sizes) if m.position == "absolute" else max(top for _, top in sizes) + 1
+
+
+def table_sizes(task: dict[str, Any], method: str) -> int:
+    """Rows of the model's position table: max_position + 1 for coupled ids (training offsets use
+    them all); for absolute positions the longest sequence of training or evaluation (rows past
+    the training lengths stay as initialised: the baseline's known failure)."""
+    m = data.method(task["name"], method)
+    return needed_rows(task, method) if m.position == "absolute" else task["max_position"] + 1
+
+
+def model_config(cfg_model: dict[str, Any], task: dict[str, Any], method: str) -> dict[str, Any]:
+    from . import tasks
+
+    m = data.method(task["name"], method)
+    return {"vocab": len(tasks.VOCAB), **cfg_model, "levels": m.levels, "n_positions": table_sizes(task, method),
+            "position": m.position}
+
+
+def _torch_batch(b: data.Batch) -> dict[str, Any]:
+    import torch
+
+    from ...llm.data import IGNORE
+
+    tokens = torch.from_numpy(b.tokens)
+    labels = torch.where(torch.from_numpy(b.loss_mask), tokens, torch.full_like(tokens, IGNORE))
+    return {"tokens": tokens, "positions": torch.from_numpy(b.positions), "pad": torch.from_numpy(b.pad),
+            "labels": labels}
+
+
+def grid_accuracy(model, task: dict[str, Any], method: str, seed: int, batch: int = 100) -> dict[str, float]:
+    """Exact-match accuracy (every target token right under teacher forcing, which is greedy
+    decoding's exact match) of each evaluation cell, keyed ``"<digits>x<count>"``."""
+    import torch
+
+    from .model import exact_match
+
+    m = data.method(task["name"], method)
+    model.eval()
+    out = {}
+    for d in task["eval_digits"]:
+        for c in task["eval_count"]:
+            cell = data.eval_cell(task["name"], m, d, c, task["eval_samples"], seed)
+            hits = 0
+            for lo in range(0, len(cell.tokens), batch):
+                sl = slice(lo, lo + batch)
+                tb = _torch_batch(data.Batch(cell.tokens[sl], cell.positions[sl], cell.loss_mask[sl], cell.pad[sl]))
+                with torch.no_grad():
+                    hits += int(exact_match(model, tb["tokens"], tb["positions"], tb["labels"] != -100,
+                                            tb["pad"]).sum())
+            out[f"{d}x{c}"] = hits / len(cell.tokens)
+    return out
+
+
+def load_model(directory: Path):
+    import torch
+
+    from .model import CoupledDecoder, ModelConfig
+
+    try:
+        conf = json.loads((directory / MODEL_CONFIG).read_text())
+        model = CoupledDecoder(ModelConfig(**conf["model"]))
+        model.load_state_dict(torch.load(directory / MODEL_FILE, map_location="cpu"))
+    except (OSError, KeyError, ValueError, RuntimeError) as exc:
+        raise DataError(f"cannot load an arith_coupling model from {directory}: {exc}") from None
+    return model, conf
+
+
+class CouplingRecipe(Recipe):
+    """A coupled decoder trained from scratch on the task's training distribution."""
+
+    def __init__(self, task: dict[str, Any], method: str, model: dict[str, Any], eval_seed: int):
+        self.task, self.method, self.model_cfg, self.eval_seed = task, method, model, eval_seed
+        self.m = data.method(task["name"], method)
+
+    def build_model(self, cfg: TrainConfig):
+        import torch
+
+        from .model import CoupledDecoder, ModelConfig
+
+        torch.manual_seed(cfg.seed)
+        return CoupledDecoder(ModelConfig(**self.model_cfg), seed=cfg.seed)
+
+    def step_batches(self, step: int, cfg: TrainConfig) -> list[tuple[dict[str, Any], int]]:
+        rng = np.random.default_rng([cfg.seed, step])
+        t = self.task
+        out = []
+        for _ in range(cfg.grad_accum * cfg.num_workers):
+            b = data.train_batch(t["name"], self.m, cfg.micro_batch_size, rng, tuple(t["train_digits"]),
+                                 tuple(t["train_count"]), t["max_position"])
+            out.append((_torch_batch(b), int((~b.pad).sum())))
+        return out
+
+    def logits(self, engine, batch: dict[str, Any]):
+        return engine(batch["tokens"], batch["positions"], batch["pad"])
+
+    def save(self, engine, path: Path, rank: int, zero_stage: int) -> None:
+        import torch
+
+        if rank == 0:
+            path.mkdir(parents=True, exist_ok=True)
+            torch.save(engine.module.state_dict(), path / MODEL_FILE)
+            (path / MODEL_CONFIG).write_text(json.dumps({"model": self.model_cfg, "task": self.task,
+                                                         "method": self.method}))
+
+    def final_metrics(self, path: Path) -> dict[str, float]:
+        model, _ = load_model(path)
+        return {f"acc_{k}": v for k, v in grid_accuracy(model, self.task, self.method, self.eval_seed).items()}
+
+
+def train_config(cfg: Config, task: dict[str, Any], seed: int) -> TrainConfig:
+    t = cfg.train
+    per_worker = max(1, t.batch // t.num_workers)
+    return TrainConfig(model="arith_coupling", micro_batch_size=per_worker, grad_accum=1, max_steps=t.steps,
+                       lr=task.get("lr") or t.lr, weight_decay=t.weight_decay, schedule="cosine",
+                       warmup_steps=int(t.warmup * t.steps), zero_stage=0, num_workers=t.num_workers, seed=seed,
+                       betas=(0.9, 0.95), grad_clip=1.0)
+
+
+def trial(config: dict[str, Any], *, cfg_dump: dict[str, Any]) -> None:
+    """One Tune trial: train (task, method, seed) through Ray Train; report the grid accuracies."""
+    from ray import tune
+
+    from ...llm.train import fit_recipe, read_steps
+    from ...results import atomic_write_text
+    from ...sweep.tuner import thinned_tune_report, trial_storage_dir
+
+    cfg = Config.model_validate(cfg_dump)
+    spec = config["spec"]
+    task = spec["task"]
+    trial_dir = trial_storage_dir()
+    final = trial_dir / "final.json"
+    if final.is_file():  # a restored sweep whose saved state predates this trial's end
+        tune.report(json.loads(final.read_text())["scores"])
+        return
+    tcfg = train_config(cfg, task, spec["seed"])
+    recipe = CouplingRecipe(task, spec["method"], model_config(cfg.model.model_dump(), task, spec["method"]),
+                            eval_seed=cfg.seed + 1000)
+    result = fit_recipe(tcfg, recipe, trial_dir, "train", callbacks=[thinned_tune_report(tcfg.max_steps)])
+    if result.error is not None:
+        raise result.error
+    steps = read_steps(trial_dir, "train")
+    scores = {k: v for k, v in result.metrics.items() if k.startswith("acc_")} | {"loss": steps[-1]["loss"]}
+    extra = {"model_dir": str(Path(result.checkpoint.path)),
+             "curve": [[s["step"], s["loss"]] for s in steps[:: max(1, len(steps) // 100)]],
+             "train_seconds": sum(tcfg.rows_per_step() / s["samples_per_s"] for s in steps)}
+    atomic_write_text(final, json.dumps({"scores": scores, "extra": extra}))
+    tune.report(scores)
+
+
+def specs(cfg: Config) -> list[dict[str, Any]]:
+    return [{"task": t.model_dump(mode="json"), "method": m, "seed": cfg.seed + s, "label": f"{t.name}/{m}/seed{s}"}
+            for t in cfg.tasks for m in cfg.methods for s in range(cfg.seeds)]
+
+
+def evaluate_saved(ctx, cfg: Config, saved: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """eval_only: score every saved model on this config's grid of its task, one Ray task each."""
+    import ray
+
+    @ray.remote(num_cpus=1)
+    def score(model_dir: str, task: dict[str, Any], method: str, seed: int) -> dict[str, float]:
+        import torch
+
+        torch.set_num_threads(1)
+        model, _ = load_model(Path(model_dir))
+        return grid_accuracy(model, task, method, seed)
+
+    tasks_now = {t.name: t.model_dump(mode="json") for t in cfg.tasks}
+    todo = [r for r in saved if r["task"] in tasks_now]
+    refs = [score.remote(r["model_dir"], {**tasks_now[r["task"]], "max_position": r["max_position"]}, r["method"],
+                         cfg.seed + 1000) for r in todo]
+    outs = ctx.wait_all(refs, f"eval_only: {len(refs)} saved models on the new grids")
+    return [{**r, "grid": grid, "eval_only": True} for r, grid in zip(todo, outs)]
+
+
+def run(cfg: Config, ctx) -> dict[str, Any]:
+    inputs = ctx.inputs if ctx.inputs is not None else prepare(cfg)
+    if cfg.eval_only is not None:
+        trials = evaluate_saved(ctx, cfg, inputs["saved"])
+    else:
+        trials = train_all(ctx, cfg)
+    metrics = {"trials": trials, "tasks": [t.model_dump(mode="json") for t in cfg.tasks], "threshold": cfg.threshold,
+               "eval_only": str(cfg.eval_only) if cfg.eval_only else None}
+    from .plots import plot_all
+
+    for name, fig in plot_all(metrics).items():
+        ctx.save_plot(fig, name)
+    return metrics
+
+
+def train_all(ctx, cfg: Config) -> list[dict[str, Any]]:
+    from ray import tune
+
+    from ...sweep.tuner import run_tuner, trial_rows
+
+    todo = specs(cfg)
+    print(f"  {len(todo)} trials (task x method x seed), {cfg.max_concurrent_trials} at a time ...", flush=True)
+    trainable = tune.with_parameters(trial, cfg_dump=cfg.model_dump(mode="json"))
+    results = run_tuner(trainable, {"spec": tune.grid_search(todo)}, storage_path=ctx.run_dir.path / "tune",
+                        name="grid", max_concurrent_trials=cfg.max_concurrent_trials)
+    trials = []
+    for row in trial_rows(results):
+        spec = row["config"]["spec"]
+        if row["error"]:
+            raise RuntimeError(f"trial {spec['label']} failed: {row['error']}")
+        final = json.loads((Path(row["path"]) / "final.json").read_text())
+        grid = {k[len("acc_"):]: v for k, v in final["scores"].items() if k.startswith("acc_")}
+        rec = {"task": spec["task"]["name"], "method": spec["method"], "seed": spec["seed"], "grid": grid,
+               "loss": final["scores"]["loss"], "max_position": spec["task"]["max_position"], **final["extra"]}
+        ctx.log(**{k: v for k, v in rec.items() if k != "curve"})
+        trials.append(rec)
+    order = {(t.name, m): i for i, (t, m) in enumerate((t, m) for t in cfg.tasks for m in cfg.methods)}
+    return sorted(trials, key=lambda r: (order[(r["task"], r["method"])], r["seed"]))
+
+
+def prepare(cfg: Config) -> dict[str, Any]:
+    """Checks before Ray starts: every evaluation cell's ids fit the position tables; for
+    eval_only, the earlier run's saved models exist."""
+    for t in cfg.tasks:
+        m = data.method(t.name, "coupled")
+        for d in t.eval_digits:
+            for c in t.eval_count:
+                _, top = data.longest(t.name, m, d, c)
+                if top > t.max_position:
+                    raise ConfigError(f"tasks.{t.name}: the {d}x{c} cell needs position ids up to {top}, "
+                                      f"above max_position = {t.max_position}")
+        _check_train_fits(t)
+    if cfg.eval_only is None:
+        return {}
+    path = Path(cfg.eval_only) / "result.json"
+    try:
+        prev = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"eval_only: {path} cannot be read as a finished run ({exc})") from None
+    if prev.get("study") != "arith_coupling":
+        raise DataError(f"eval_only: {path} is a {prev.get('study')!r} run, not arith_coupling")
+    saved = [r for r in prev["metrics"]["trials"] if Path(r["model_dir"], MODEL_FILE).is_file()]
+    if not saved:
+        raise DataError(f"eval_only: no saved models found for the trials of {path}")
+    tasks_now = {t.name: t.model_dump(mode="json") for t in cfg.tasks}
+    if not any(r["task"] in tasks_now for r in saved):
+        raise ConfigError(f"eval_only: the run at {cfg.eval_only} trained none of the tasks {sorted(tasks_now)}")
+    for r in saved:
+        if r["task"] not in tasks_now or data.method(r["task"], r["method"]).position == "none":
+            continue
+        have = json.loads(Path(r["model_dir"], MODEL_CONFIG).read_text())["model"]["n_positions"]
+        need = needed_rows(tasks_now[r["task"]], r["method"])
+        if need > have:
+            raise ConfigError(f"eval_only: the {r['task']} grid needs {need} positions, more than the "
+                              f"{r['method']} model's table of {have}")
+    return {"saved": saved}
+
+
+def _check_train_fits(t: Task) -> None:
+    m = data.method(t.name, "coupled")
+    _, top = data.longest(t.name, m, t.train_digits[1], t.train_count[1])
+    if top > t.max_position:
+        raise ConfigError(f"tasks.{t.name}: training examples need position ids up to {top}, "
+                          f"above max_position = {t.max_position}")
