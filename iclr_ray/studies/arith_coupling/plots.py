@@ -40,7 +40,7 @@ def heatmaps(metrics: dict[str, Any], task: dict[str, Any]):
                xlabel=ax_c, title=f"{method}\nfactors {fd:.1f}x / {fc:.1f}x")
     axes[0][0].set_ylabel(ax_d)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="exact match")
-    fig.suptitle(f"{task['name']}: exact match (red: training range)", y=1.02)
+    fig.suptitle(f"{task['name']}: exact match (red: training range)", y=1.1)
     return fig
 
 
