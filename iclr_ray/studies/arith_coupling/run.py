@@ -72,11 +72,8 @@ def grid_accuracy(model, task: dict[str, Any], method: str, seed: int, batch: in
             cell = data.eval_cell(task["name"], m, d, c, task["eval_samples"], seed)
             hits = 0
             for lo in range(0, len(cell.tokens), batch):
-                sl = slice(lo, lo + batch)
-                tb = _torch_batch(data.Batch(cell.tokens[sl], cell.positions[sl], cell.loss_mask[sl], cell.pad[sl]))
-                with torch.no_grad():
-                    hits += int(exact_match(model, tb["tokens"], tb["positions"], tb["labels"] != -100,
-                                            tb["pad"]).sum())
+                part = (cell.tokens, cell.positions, cell.loss_mask, cell.pad)
+                hits += int(exact_match(model, *(torch.from_numpy(a[lo:lo + batch]) for a in part)).sum())
             out[f"{d}x{c}"] = hits / len(cell.tokens)
     return out
 
