@@ -1,6 +1,6 @@
-"""arith_coupling config. Defaults are the ``small`` preset: a 2-layer, 128-wide decoder per method
-trained 1500 steps of 64 examples, multi-operand addition on <= 4 digits x <= 4 operands and
-multiplication on <= 4 x <= 3 digits, evaluated on grids to 2-3x those ranges."""
+"""arith_coupling config. Defaults are the ``small`` preset: a 2-layer, 64-wide decoder per method
+trained 1500 steps of 64 examples at lr 3e-3, multi-operand addition on <= 4 digits x <= 4 operands
+and multiplication on <= 4 x <= 3 digits, evaluated on grids to 2-3x those ranges."""
 from __future__ import annotations
 
 from typing import Optional
@@ -39,10 +39,10 @@ class Task(Section):
 
 
 class Model(Section):
-    d_model: int = Field(128, ge=8)
+    d_model: int = Field(64, ge=8)
     layers: int = Field(2, ge=1)
     heads: int = Field(4, ge=1)
-    d_ff: int = Field(512, ge=8)
+    d_ff: int = Field(256, ge=8)
 
     @model_validator(mode="after")
     def _heads(self):
@@ -55,11 +55,29 @@ class Training(Section):
     steps: int = Field(1500, ge=1)
     batch: int = Field(64, ge=1)
     """examples per optimiser step (all workers together)"""
-    lr: float = Field(1e-3, gt=0)
+    lr: float = Field(3e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     warmup: float = Field(0.01, ge=0, lt=1)
     """share of the steps spent warming up (the paper: 1%)"""
     num_workers: int = Field(1, ge=1)
+
+
+class Sweep(Section):
+    """Tune grid axes crossed with tasks x methods x seeds, as the official scripts sweep layers,
+    heads and the learning rate. An empty list keeps the value of ``model`` / ``train``; d_ff
+    follows d_model at model's ratio. The report compares each method at its best setting."""
+
+    layers: list[int] = []
+    heads: list[int] = []
+    d_model: list[int] = []
+    lr: list[float] = []
+
+    @model_validator(mode="after")
+    def _positive(self):
+        for key in ("layers", "heads", "d_model", "lr"):
+            if any(v <= 0 for v in getattr(self, key)):
+                raise ValueError(f"sweep.{key} values must be positive, got {getattr(self, key)}")
+        return self
 
 
 class Config(StudyConfig):
@@ -73,11 +91,38 @@ class Config(StudyConfig):
     seeds: int = Field(1, ge=1)
     model: Model = Model()
     train: Training = Training()
+    sweep: Sweep = Sweep()
     threshold: float = Field(0.9, gt=0, le=1)
     """exact-match accuracy a grid cell needs to count as solved (extrapolation factors)"""
     max_concurrent_trials: int = Field(2, ge=1)
     eval_only: Optional[DirectoryPath] = None
     """a finished arith_coupling run: re-evaluate its saved models on this config's grids, no training"""
+
+    @model_validator(mode="after")
+    def _sizes(self):
+        for v in variants(self):
+            if v["model"]["d_model"] % v["model"]["heads"]:
+                raise ValueError(f"sweep: d_model {v['model']['d_model']} is not a multiple of heads "
+                                 f"{v['model']['heads']}")
+        return self
+
+
+def variants(cfg: Config) -> list[dict]:
+    """The model sizes and learning rates of the sweep: [{"name", "model", "lr"}]; one unnamed
+    variant (lr None: the task's or train's) when nothing is swept."""
+    base = cfg.model.model_dump()
+    sw = cfg.sweep
+    out = []
+    for layers in sw.layers or [base["layers"]]:
+        for heads in sw.heads or [base["heads"]]:
+            for d in sw.d_model or [base["d_model"]]:
+                for lr in sw.lr or [None]:
+                    model = {**base, "layers": layers, "heads": heads, "d_model": d,
+                             "d_ff": max(8, round(base["d_ff"] * d / base["d_model"]))}
+                    parts = [f"L{layers}" if sw.layers else "", f"H{heads}" if sw.heads else "",
+                             f"d{d}" if sw.d_model else "", f"lr{lr:g}" if sw.lr else ""]
+                    out.append({"name": " ".join(p for p in parts if p), "model": model, "lr": lr})
+    return out
 
 
 PRESETS = {

@@ -11,17 +11,19 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from .analysis import AXES, factor, mean_grid  # noqa: E402
+from .analysis import AXES, best_variants, factor, mean_grid, summary  # noqa: E402
 
 
 def heatmaps(metrics: dict[str, Any], task: dict[str, Any]):
-    methods = list(dict.fromkeys(t["method"] for t in metrics["trials"] if t["task"] == task["name"]))
+    """One panel per method, at its best sweep variant."""
+    shown = [r for (t, _), r in best_variants(summary(metrics)).items() if t == task["name"]]
     digits, counts = task["eval_digits"], task["eval_count"]
-    fig, axes = plt.subplots(1, len(methods), figsize=(3.2 * len(methods) + 1, 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(shown), figsize=(3.2 * len(shown) + 1, 3.4), squeeze=False)
     ax_d, ax_c = AXES[task["name"]]
     im = None
-    for ax, method in zip(axes[0], methods):
-        grid = mean_grid(metrics["trials"], task["name"], method)
+    for ax, row in zip(axes[0], shown):
+        method = row["method"]
+        grid = mean_grid(metrics["trials"], task["name"], method, row["variant"])
         A = np.array([[grid.get((d, c), np.nan) for c in counts] for d in digits])
         im = ax.imshow(A, vmin=0, vmax=1, cmap="viridis", origin="lower", aspect="auto")
         for i in range(len(digits)):
@@ -37,7 +39,7 @@ def heatmaps(metrics: dict[str, Any], task: dict[str, Any]):
         fd = factor(grid, task, "digits", metrics["threshold"])
         fc = factor(grid, task, "count", metrics["threshold"])
         ax.set(xticks=range(len(counts)), xticklabels=counts, yticks=range(len(digits)), yticklabels=digits,
-               xlabel=ax_c, title=f"{method}\nfactors {fd:.1f}x / {fc:.1f}x")
+               xlabel=ax_c, title=f"{' '.join(filter(None, (method, row['variant'])))}\nfactors {fd:.1f}x / {fc:.1f}x")
     axes[0][0].set_ylabel(ax_d)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="exact match")
     fig.suptitle(f"{task['name']}: exact match (red: training range)", y=1.1)
@@ -49,7 +51,8 @@ def loss_curves(metrics: dict[str, Any]):
     for t in metrics["trials"]:
         if t.get("curve"):
             s, loss = np.array(t["curve"]).T
-            ax.plot(s, loss, label=f"{t['task']} / {t['method']} / seed {t['seed']}", lw=1)
+            label = " / ".join(x for x in (t["task"], t["method"], t.get("variant", ""), f"seed {t['seed']}") if x)
+            ax.plot(s, loss, label=label, lw=1)
     ax.set(yscale="log", xlabel="step", ylabel="training loss per target token", title="training")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=6)

@@ -15,7 +15,7 @@ import numpy as np
 from ...config import ConfigError, DataError
 from ...llm.train import Recipe, TrainConfig
 from . import data
-from .config import Config, Task
+from .config import Config, Task, variants
 
 MODEL_FILE, MODEL_CONFIG = "model.pt", "model.json"
 
@@ -134,11 +134,12 @@ class CouplingRecipe(Recipe):
         return {f"acc_{k}": v for k, v in grid_accuracy(model, self.task, self.method, self.eval_seed).items()}
 
 
-def train_config(cfg: Config, task: dict[str, Any], seed: int) -> TrainConfig:
+def train_config(cfg: Config, task: dict[str, Any], seed: int, lr: float | None = None) -> TrainConfig:
+    """``lr``: a swept learning rate; otherwise the task's, or train's."""
     t = cfg.train
     per_worker = max(1, t.batch // t.num_workers)
     return TrainConfig(model="arith_coupling", micro_batch_size=per_worker, grad_accum=1, max_steps=t.steps,
-                       lr=task.get("lr") or t.lr, weight_decay=t.weight_decay, schedule="cosine",
+                       lr=lr or task.get("lr") or t.lr, weight_decay=t.weight_decay, schedule="cosine",
                        warmup_steps=int(t.warmup * t.steps), zero_stage=0, num_workers=t.num_workers, seed=seed,
                        betas=(0.9, 0.95), grad_clip=1.0)
 
@@ -159,8 +160,8 @@ def trial(config: dict[str, Any], *, cfg_dump: dict[str, Any]) -> None:
     if final.is_file():  # a restored sweep whose saved state predates this trial's end
         tune.report(json.loads(final.read_text())["scores"])
         return
-    tcfg = train_config(cfg, task, spec["seed"])
-    recipe = CouplingRecipe(task, spec["method"], model_config(cfg.model.model_dump(), task, spec["method"]),
+    tcfg = train_config(cfg, task, spec["seed"], spec["lr"])
+    recipe = CouplingRecipe(task, spec["method"], model_config(spec["model"], task, spec["method"]),
                             eval_seed=cfg.seed + 1000)
     result = fit_recipe(tcfg, recipe, trial_dir, "train", callbacks=[thinned_tune_report(tcfg.max_steps)])
     if result.error is not None:
@@ -175,8 +176,10 @@ def trial(config: dict[str, Any], *, cfg_dump: dict[str, Any]) -> None:
 
 
 def specs(cfg: Config) -> list[dict[str, Any]]:
-    return [{"task": t.model_dump(mode="json"), "method": m, "seed": cfg.seed + s, "label": f"{t.name}/{m}/seed{s}"}
-            for t in cfg.tasks for m in cfg.methods for s in range(cfg.seeds)]
+    """The Tune grid: task x method x sweep variant x seed."""
+    return [{"task": t.model_dump(mode="json"), "method": m, "seed": cfg.seed + s, "variant": v["name"],
+             "model": v["model"], "lr": v["lr"], "label": "/".join(x for x in (t.name, m, v["name"], f"seed{s}") if x)}
+            for t in cfg.tasks for m in cfg.methods for v in variants(cfg) for s in range(cfg.seeds)]
 
 
 def evaluate_saved(ctx, cfg: Config, saved: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -220,7 +223,8 @@ def train_all(ctx, cfg: Config) -> list[dict[str, Any]]:
     from ...sweep.tuner import run_tuner, trial_rows
 
     todo = specs(cfg)
-    print(f"  {len(todo)} trials (task x method x seed), {cfg.max_concurrent_trials} at a time ...", flush=True)
+    print(f"  {len(todo)} trials (task x method x sweep variant x seed), {cfg.max_concurrent_trials} at a time ...",
+          flush=True)
     trainable = tune.with_parameters(trial, cfg_dump=cfg.model_dump(mode="json"))
     results = run_tuner(trainable, {"spec": tune.grid_search(todo)}, storage_path=ctx.run_dir.path / "tune",
                         name="grid", max_concurrent_trials=cfg.max_concurrent_trials)
@@ -231,12 +235,13 @@ def train_all(ctx, cfg: Config) -> list[dict[str, Any]]:
             raise RuntimeError(f"trial {spec['label']} failed: {row['error']}")
         final = json.loads((Path(row["path"]) / "final.json").read_text())
         grid = {k[len("acc_"):]: v for k, v in final["scores"].items() if k.startswith("acc_")}
-        rec = {"task": spec["task"]["name"], "method": spec["method"], "seed": spec["seed"], "grid": grid,
+        rec = {"task": spec["task"]["name"], "method": spec["method"], "variant": spec["variant"],
+               "seed": spec["seed"], "grid": grid,
                "loss": final["scores"]["loss"], "max_position": spec["task"]["max_position"], **final["extra"]}
         ctx.log(**{k: v for k, v in rec.items() if k != "curve"})
         trials.append(rec)
-    order = {(t.name, m): i for i, (t, m) in enumerate((t, m) for t in cfg.tasks for m in cfg.methods)}
-    return sorted(trials, key=lambda r: (order[(r["task"], r["method"])], r["seed"]))
+    order = {(s["task"]["name"], s["method"], s["variant"], s["seed"]): i for i, s in enumerate(todo)}
+    return sorted(trials, key=lambda r: order[(r["task"], r["method"], r["variant"], r["seed"])])
 
 
 def prepare(cfg: Config) -> dict[str, Any]:

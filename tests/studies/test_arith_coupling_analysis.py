@@ -1,0 +1,78 @@
+"""arith_coupling's analysis on hand-made grids: extrapolation factors, each method judged at its best
+sweep variant, the claims, and the Tune grid a sweep config expands to."""
+import pytest
+from pydantic import ValidationError
+
+from iclr_ray.studies.arith_coupling.analysis import best_variants, claims, factor, report_md, summary
+from iclr_ray.studies.arith_coupling.config import Config, variants
+from iclr_ray.studies.arith_coupling.run import specs
+
+TASK = {"name": "multi_addition", "train_digits": [1, 4], "train_count": [2, 4], "eval_digits": [1, 2, 4, 6, 8],
+        "eval_count": [2, 4, 6, 8], "eval_samples": 10, "max_position": 40}
+
+
+def grid(solved_digits: int, solved_count: int, inside: float = 1.0) -> dict[str, float]:
+    """Accuracy 1 (or ``inside``) where digits <= solved_digits and count <= solved_count, else 0."""
+    return {f"{d}x{c}": (inside if d <= solved_digits and c <= solved_count else 0.0)
+            for d in TASK["eval_digits"] for c in TASK["eval_count"]}
+
+
+def trial(method: str, g: dict[str, float], variant: str = "", seed: int = 0) -> dict:
+    return {"task": "multi_addition", "method": method, "variant": variant, "seed": seed, "grid": g}
+
+
+def keys(g):
+    return {tuple(int(x) for x in k.split("x")): v for k, v in g.items()}
+
+
+def test_factor_counts_the_solved_prefix_along_each_axis():
+    assert factor(keys(grid(8, 6)), TASK, "digits", 0.9) == 2.0  # 8 digits solved at counts 2 and 4
+    assert factor(keys(grid(8, 6)), TASK, "count", 0.9) == 1.5
+    assert factor(keys(grid(4, 4)), TASK, "digits", 0.9) == 1.0
+    assert factor(keys(grid(8, 8, inside=0.85)), TASK, "digits", 0.9) == 0.0  # below threshold everywhere
+    holes = keys(grid(8, 8))
+    holes[(6, 2)] = 0.5  # a gap stops the prefix even though 8 digits is solved
+    assert factor(holes, TASK, "digits", 0.9) == 1.0
+
+
+def test_each_method_is_judged_at_its_best_variant_and_claims_follow():
+    trials = [trial("coupled", grid(8, 8), "lr0.001"), trial("coupled", grid(4, 4), "lr0.003"),
+              trial("nope", grid(2, 2), "lr0.001"), trial("nope", grid(4, 6), "lr0.003"),
+              trial("absolute", grid(6, 4), "lr0.001"), trial("absolute", grid(6, 4), "lr0.003", seed=1)]
+    metrics = {"trials": trials, "tasks": [TASK], "threshold": 0.9}
+    rows = summary(metrics)
+    assert len(rows) == 6 and {r["seeds"] for r in rows} == {1}  # absolute's two variants stay separate
+    best = best_variants(rows)
+    assert best[("multi_addition", "coupled")]["variant"] == "lr0.001"
+    assert best[("multi_addition", "nope")]["variant"] == "lr0.003"  # 1.0 / 1.5 beats 0.5 / 0.5
+    by_id = {c.id: c for c in claims(metrics, None)}
+    assert by_id["multi_addition_coupled_length"].measured == 2.0 and by_id["multi_addition_coupled_length"].holds
+    assert by_id["multi_addition_coupled_count"].measured == 2.0
+    collapse = by_id["multi_addition_baselines_collapse"]
+    assert collapse.measured == 1.0 and collapse.holds  # best baseline's smaller factor: nope 1.0 or absolute 1.0
+    md = report_md(metrics)
+    assert "lr0.001 (best)" in md and "coupled, its best sweep variant lr0.001" in md
+
+    strong = metrics | {"trials": trials + [trial("absolute", grid(8, 8), "lr0.01")]}
+    collapse = {c.id: c for c in claims(strong, None)}["multi_addition_baselines_collapse"]
+    assert collapse.measured == 2.0 and not collapse.holds  # a baseline that generalises breaks the claim
+
+
+def test_a_sweep_expands_the_tune_grid():
+    cfg = Config.model_validate({"tasks": [TASK], "methods": ["coupled", "nope"], "seeds": 2,
+                                 "model": {"d_model": 64, "d_ff": 256, "heads": 4},
+                                 "sweep": {"layers": [1, 2], "lr": [1e-3, 3e-3]}})
+    vs = variants(cfg)
+    assert [v["name"] for v in vs] == ["L1 lr0.001", "L1 lr0.003", "L2 lr0.001", "L2 lr0.003"]
+    assert all(v["model"]["d_ff"] == 256 and v["model"]["d_model"] == 64 for v in vs)
+    grid_ = specs(cfg)
+    assert len(grid_) == 2 * 4 * 2 and len({s["label"] for s in grid_}) == 16
+    assert {s["lr"] for s in grid_} == {1e-3, 3e-3}
+    wide = variants(Config.model_validate({"model": {"d_model": 64, "d_ff": 256}, "sweep": {"d_model": [32, 128]}}))
+    assert [(v["name"], v["model"]["d_ff"]) for v in wide] == [("d32", 128), ("d128", 512)]  # d_ff keeps its ratio
+    plain = variants(Config())
+    assert len(plain) == 1 and plain[0]["name"] == "" and plain[0]["lr"] is None
+    with pytest.raises(ValidationError, match="not a multiple of heads"):
+        Config.model_validate({"model": {"heads": 4}, "sweep": {"d_model": [30]}})
+    with pytest.raises(ValidationError, match="must be positive"):
+        Config.model_validate({"sweep": {"lr": [0.0]}})
