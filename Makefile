@@ -6,7 +6,9 @@ EXTRAS ?= dev,llm,serve,rl
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: setup demo test test-fast bench clean
+PLANNER ?= .venv-planner
+
+.PHONY: setup demo test test-fast bench clean vulkan planner-venv
 
 # CPU torch first, kept by the constraint file so no later package pulls a CUDA build.
 $(VENV)/.installed: pyproject.toml constraints/cpu.txt
@@ -18,10 +20,31 @@ $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 
 setup: $(VENV)/.installed
 
+# ManiSkill3's motion planner (mplib 0.1.1) needs numpy < 2; it gets its own venv, used only as a
+# subprocess for demonstrations (iclr_ray/rl/maniskill.py). ~2 min and ~2 GB.
+$(PLANNER)/.installed: constraints/planner.txt
+	$(PYTHON) -m venv $(PLANNER)
+	$(PLANNER)/bin/python -m pip install --quiet --upgrade pip
+	$(PLANNER)/bin/python -m pip install --quiet torch==2.13.0
+	$(PLANNER)/bin/python -m pip install --quiet -c constraints/planner.txt mani-skill==3.0.1
+	touch $@
+
+planner-venv: $(PLANNER)/.installed
+
+# A CPU Vulkan device for ManiSkill3/SAPIEN (Debian 12: Mesa 25 from bookworm-backports; the stock
+# Mesa 22 lavapipe is rejected). Needs root; tests that need it skip without it.
+vulkan:
+	@if [ ! -f /etc/apt/sources.list.d/bookworm-backports.sources ]; then \
+	  printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+	    > /etc/apt/sources.list.d/bookworm-backports.sources; fi
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -t bookworm-backports \
+	  mesa-vulkan-drivers libvulkan1 vulkan-tools > /dev/null
+
 demo: setup
 	$(VENV)/bin/iclr-ray run coord_sketch --preset small
 
-test: setup
+test: setup planner-venv
 	$(PY) -m pytest
 
 test-fast: setup
@@ -31,4 +54,4 @@ bench: setup
 	$(PY) benchmarks/sketch_construction.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache *.egg-info
+	rm -rf $(VENV) $(PLANNER) runs .pytest_cache *.egg-info

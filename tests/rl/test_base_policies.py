@@ -1,0 +1,131 @@
+"""Base policies (MLP behaviour cloning, Behavior Transformer, Diffusion Policy): shapes and
+bounds, that each learns a demonstration set, save/load, demo chunks, recorded demos with their
+seeds, and a few steps of training through Ray Train."""
+import numpy as np
+import pytest
+import torch
+
+from iclr_ray.config import DataError
+from iclr_ray.rl import base_policies as bp
+from iclr_ray.rl import store
+from iclr_ray.rl.rollouts import action_jerk, evaluate, record_demos
+from iclr_ray.rl.slot import scripted_expert
+
+KINDS = {"mlp": {"hidden": (32, 32)}, "bet": {"n_bins": 8, "d_model": 32, "obs_horizon": 1},
+         "diffusion": {"pred_horizon": 4, "act_horizon": 2, "channels": (16, 32), "train_steps": 20, "ddim_steps": 4}}
+
+
+def dataset(n=256, horizon=1, seed=0):
+    """A smooth map obs -> a chunk of actions for the policies to fit."""
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.rand(n, 3, generator=g) * 2 - 1
+    steps = torch.arange(horizon)[None, :, None] * 0.1
+    chunk = torch.tanh(torch.stack([obs[:, 0] + obs[:, 2], obs[:, 1] - obs[:, 2]], -1)[:, None] + steps)
+    return obs, chunk
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_policies_learn_their_demonstrations(kind):
+    torch.manual_seed(0)
+    horizon = KINDS[kind].get("pred_horizon", 1)
+    p = bp.build(kind, obs_dim=3, act_dim=2, **KINDS[kind])
+    obs, chunk = dataset(horizon=horizon)
+    if kind == "bet":
+        p.fit_bins(chunk.numpy())
+    opt = torch.optim.Adam(p.parameters(), lr=3e-3)
+    first = p.loss(obs, chunk).item()
+    for _ in range(300):
+        opt.zero_grad()
+        p.loss(obs, chunk).backward()
+        opt.step()
+    assert p.loss(obs, chunk).item() < 0.5 * first
+    with torch.no_grad():
+        out = p.act_chunk(obs)
+    assert out.shape == (256, horizon, 2) and out.abs().max() <= 1
+    err = (out - chunk).abs().mean().item()
+    assert err < 0.25, err  # the actions it plans are near the demonstrated ones
+
+
+def test_bet_bins_and_offsets():
+    p = bp.BeTPolicy(obs_dim=4, act_dim=2, obs_horizon=2, n_bins=3, d_model=16, heads=2)
+    actions = np.array([[[0.5, 0.5]], [[-0.5, -0.5]], [[0.5, -0.5]]] * 10, dtype=np.float32)
+    p.fit_bins(actions)
+    assert sorted(map(tuple, p.centres.numpy().round(3))) == [(-0.5, -0.5), (0.5, -0.5), (0.5, 0.5)]
+    with pytest.raises(ValueError, match="not a multiple of obs_horizon"):
+        bp.BeTPolicy(obs_dim=3, act_dim=2, obs_horizon=2)
+    assert bp.focal_loss(torch.tensor([[10.0, -10.0]]), torch.tensor([0])) < 1e-6
+
+
+def test_diffusion_schedule_and_ddim_steps():
+    p = bp.DiffusionPolicy(obs_dim=3, act_dim=2, train_steps=100, ddim_steps=4, pred_horizon=8)
+    assert p.ddim_timesteps() == [99, 74, 49, 24]
+    ab = p.alpha_bar
+    assert (ab[1:] < ab[:-1]).all() and ab[0] > 0.99 and ab[-1] < 1e-3
+    with pytest.raises(ValueError, match="act_horizon <= pred_horizon"):
+        bp.DiffusionPolicy(obs_dim=3, act_dim=2, pred_horizon=2, act_horizon=4)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_save_and_load_give_the_same_policy(kind, tmp_path):
+    torch.manual_seed(0)
+    p = bp.build(kind, obs_dim=3, act_dim=2, **KINDS[kind])
+    obs, _ = dataset(8)
+    q = store.load_policy(store.save_policy(p, tmp_path / kind))
+    assert type(q) is type(p) and not any(x.requires_grad for x in q.parameters())
+    if kind == "diffusion":
+        a = p.act_chunk(obs, generator=torch.Generator().manual_seed(1))
+        b = q.act_chunk(obs, generator=torch.Generator().manual_seed(1))
+    else:
+        p.eval()
+        a, b = p.act_chunk(obs), q.act_chunk(obs)
+    assert torch.allclose(a, b)
+    with pytest.raises(DataError, match="no saved base policy"):
+        store.load_policy(tmp_path / "nothing")
+
+
+def test_demo_chunks_repeat_the_last_action():
+    obs, actions = np.arange(4)[:, None] * np.ones((4, 3)), np.arange(3)[:, None] * np.ones((3, 2))
+    o, c = bp.demo_chunks(obs, actions, 3)
+    assert o.shape == (3, 3) and c.shape == (3, 3, 2)
+    assert c[:, :, 0].tolist() == [[0, 1, 2], [1, 2, 2], [2, 2, 2]]
+
+
+def test_recorded_demos_keep_their_seeds(tmp_path):
+    demos = record_demos({"suite": "slot", "reward": "sparse"}, scripted_expert, 4, seed=7, noise=0.3)
+    assert demos.seeds.tolist() == [7, 8, 9, 10] and demos.success.all()
+    path = store.save_demos(demos, tmp_path / "d.npz")
+    back = store.load_demos(path)
+    assert np.array_equal(back.obs, demos.obs) and back.seeds.tolist() == [7, 8, 9, 10]
+    # replaying episode 0's actions from its seed reproduces its observations exactly
+    from iclr_ray.rl.envs import make_env
+
+    env = make_env({"suite": "slot"})
+    obs0, act0 = next(back.episodes())
+    o, _ = env.reset(seed=int(back.seeds[0]))
+    replay = [o] + [env.step(a)[0] for a in act0[:-1]]
+    assert np.allclose(replay, obs0)
+    for bad, msg in ((tmp_path / "none.npz", "not found"), (tmp_path / "x.txt", "unknown demonstrations format")):
+        if bad.suffix == ".txt":
+            bad.write_text("x")
+        with pytest.raises(DataError, match=msg):
+            store.load_demos(bad)
+
+
+def test_jerk_and_evaluation():
+    assert action_jerk(np.array([[0.0], [1.0], [2.0], [3.0]])) == 0.0  # constant velocity: no jerk
+    assert action_jerk(np.array([[0.0], [1.0], [0.0]])) == 2.0
+    ev = evaluate({"suite": "slot", "reward": "sparse"}, scripted_expert, seed=100, episodes=5, frames=3)
+    assert ev["success"] == 1.0 and ev["return"] == 1.0 and ev["frames"] and ev["frames"][0].shape == (64, 64, 3)
+
+
+@pytest.mark.slow
+def test_base_policy_trains_through_ray_train(ray_cluster, tmp_path):
+    from iclr_ray.rl.offline import train_base, training_arrays
+
+    demos = record_demos({"suite": "slot", "reward": "sparse"}, scripted_expert, 5, seed=0, noise=0.2)
+    obs, chunks = training_arrays(demos, pred_horizon=4)
+    assert chunks.shape[1:] == (4, 2) and len(obs) == len(demos.obs) == len(demos.actions)  # one chunk per step
+    path, curve = train_base("diffusion", {"pred_horizon": 4, "act_horizon": 2, "channels": [16, 32], "train_steps": 20},
+                             obs, chunks, steps=60, batch=64, lr=1e-3, seed=0, storage=tmp_path, name="dp")
+    policy = store.load_policy(path)
+    assert isinstance(policy, bp.DiffusionPolicy) and curve[-1][0] == 60 and curve[-1][1] < curve[0][1]

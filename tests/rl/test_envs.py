@@ -1,0 +1,137 @@
+"""The residual-RL env registry and wrappers on real envs: the slot task's physics and planner,
+action scaling, success and reward shaping, observation history, the base-action observation
+with action chunks, seeded resets; ManiSkill3 and Adroit through the same config shape."""
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from iclr_ray.rl import base_policies, store
+from iclr_ray.rl.envs import (BaseActionObs, EnvError, ObsHistory, ScaleActions, SeededResets, SuccessReward, make_env,
+                              vulkan_problem)
+from iclr_ray.rl.slot import SlotReach, scripted_expert
+
+
+def run(env, act, seed):
+    obs, _ = env.reset(seed=seed)
+    total, steps = 0.0, 0
+    while True:
+        obs, r, term, trunc, info = env.step(act(obs))
+        total, steps = total + r, steps + 1
+        if term or trunc:
+            return info["success"], total, steps, term
+
+
+def test_slot_planner_succeeds_and_the_wall_blocks():
+    env = SlotReach()
+    assert all(run(env, lambda o: scripted_expert(o, env), s)[0] for s in range(50))
+    choices = []
+    for seed in range(400):  # the planner's slot: upper with probability sigmoid((y0 - s) / 0.25)
+        obs, _ = env.reset(seed=seed)
+        choices.append((obs[1] - obs[2], env.choice))
+    far_up = [c for d, c in choices if d > 0.6]
+    near = [c for d, c in choices if abs(d) < 0.1]
+    assert np.mean(far_up) > 0.9 and 0.25 < np.mean(near) < 0.75  # bimodal near y0 = s
+    obs, _ = env.reset(seed=0)
+    env.pos, env.s = np.array([-0.03, 0.0]), 0.0  # between the slots (at -0.3 and 0.3): it jams
+    env.step(np.array([1.0, 1.0]))
+    assert env.pos[0] < 0 and abs(env.pos[1] - 0.03) < 1e-9  # stopped where its path met the wall
+    for y in (-0.3, 0.3):  # in front of either slot: it passes
+        env.pos = np.array([-0.03, y])
+        env.step(np.array([1.0, 0.0]))
+        assert env.pos[0] > 0
+    success, ret, steps, term = run(env, lambda o: np.zeros(2), 0)
+    assert not success and not term and steps == env.max_episode_steps and ret == 0
+
+
+def test_rewards_success_and_scaling():
+    shifted = make_env({"suite": "slot", "reward": "shifted"})
+    success, ret, steps, term = run(shifted, scripted_expert, 3)
+    assert success and term and ret == -(steps - 1)  # -1 per step, 0 on the successful one
+    sparse = make_env({"suite": "slot", "reward": "sparse"})
+    assert run(sparse, scripted_expert, 3)[1] == 1.0
+    with pytest.raises(ValueError, match="reward must be one of"):
+        SuccessReward(SlotReach(), "bonus")
+
+    class Wide(gym.Env):
+        action_space = gym.spaces.Box(np.array([0.0, -4.0]), np.array([2.0, 4.0]))
+        observation_space = gym.spaces.Box(-1, 1, (1,))
+
+    scaled = ScaleActions(Wide())
+    assert np.allclose(scaled.action(np.array([-1.0, 1.0])), [0.0, 4.0])
+    assert np.allclose(scaled.action(np.array([0.0, 5.0])), [1.0, 4.0])  # clipped to the box
+
+
+def test_observation_history_stacks_oldest_first():
+    env = ObsHistory(SlotReach(), 3)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (9,) and np.array_equal(obs[:3], obs[6:])  # the first frame repeated
+    nxt, *_ = env.step(np.array([1.0, 0.0]))
+    assert np.array_equal(nxt[:6], obs[3:]) and not np.array_equal(nxt[6:], obs[6:])
+
+
+class Counting(base_policies.BasePolicy):
+    """Plans chunks whose actions are (plan index, position in chunk) / 10."""
+
+    kind = "mlp"
+
+    def __init__(self):
+        super().__init__(3, 2, pred_horizon=4, act_horizon=3)
+        self.plans = 0
+
+    def act_chunk(self, obs):
+        self.plans += 1
+        return torch.tensor([[[self.plans / 10, i / 10] for i in range(4)]])
+
+
+def test_base_action_observation_executes_chunks():
+    policy = Counting()
+    env = BaseActionObs(SlotReach(), policy)
+    obs, _ = env.reset(seed=0)
+    seen = [obs[-2:]]
+    for _ in range(6):
+        obs, *_ = env.step(np.zeros(2))
+        seen.append(obs[-2:])
+    # 3 of each 4-action chunk are executed, then it plans again
+    assert np.allclose(seen, [[0.1, 0], [0.1, 0.1], [0.1, 0.2], [0.2, 0], [0.2, 0.1], [0.2, 0.2], [0.3, 0]])
+    assert env.observation_space.shape == (5,)
+
+
+def test_saved_base_policy_is_appended_and_seeds_are_recorded(tmp_path):
+    torch.manual_seed(0)
+    policy = base_policies.build("mlp", obs_dim=3, act_dim=2, hidden=(8,))
+    path = store.save_policy(policy, tmp_path / "p")
+    env = make_env({"suite": "slot", "base": str(path)})
+    obs, _ = env.reset(seed=5)
+    assert np.allclose(obs[-2:], policy(torch.as_tensor(obs[:3])[None])[0].detach().numpy(), atol=1e-6)
+    seeded = SeededResets(make_env({"suite": "slot"}), 100)
+    a, ia = seeded.reset()
+    b, ib = seeded.reset()
+    assert (ia["seed"], ib["seed"]) == (100, 101) and not np.array_equal(a, b)
+    assert np.array_equal(SeededResets(make_env({"suite": "slot"}), 100).reset()[0], a)
+    with pytest.raises(EnvError, match="unknown env suite"):
+        make_env({"suite": "atari"})
+
+
+def test_adroit_door_through_the_registry():
+    pytest.importorskip("gymnasium_robotics")
+    env = make_env({"suite": "adroit", "id": "door", "reward": "shifted", "max_episode_steps": 5})
+    obs, info = env.reset(seed=0)
+    assert obs.shape == (39,) and env.action_space.shape == (28,) and info["success"] is False
+    success, ret, steps, term = run(env, lambda o: env.action_space.sample(), 0)
+    assert steps == 5 and ret == -5.0 and success is False
+
+
+@pytest.mark.slow
+def test_maniskill_pickcube_through_the_registry():
+    pytest.importorskip("mani_skill")
+    problem = vulkan_problem()
+    if problem:
+        pytest.skip(problem)
+    env = make_env({"suite": "maniskill", "id": "PickCube-v1", "reward": "sparse", "max_episode_steps": 10})
+    obs, info = env.reset(seed=0)
+    assert obs.shape == (42,) and env.action_space.shape == (7,) and isinstance(info["success"], bool)
+    again, _ = env.reset(seed=0)
+    assert np.array_equal(obs, again)
+    success, ret, steps, term = run(env, lambda o: np.zeros(7, dtype=np.float32), 0)
+    assert steps == 10 and not success and ret == 0.0
