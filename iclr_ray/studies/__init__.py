@@ -16,6 +16,7 @@ IMPLEMENTED: dict[str, str | None] = {
     "arith_coupling": "llm",
     "coord_sketch": None,
     "mab_cs": None,
+    "policy_decorator": "rl",
     "sft_recipe": "llm",
     "sparse_embed": None,
     "sphere_flow": None,

@@ -1,0 +1,57 @@
+"""Figures for policy_decorator: success rate over env steps per variant (the base as a line),
+action jerk, and a frame strip of the base policy on the first evaluation seed."""
+from __future__ import annotations
+
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def success_curves(metrics: dict[str, Any]):
+    names = list(metrics["tasks"])
+    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 3.8), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        for t in (t for t in metrics["trials"] if t["task"] == name):
+            x = [p["env_steps"] for p in t["curve"]]
+            ax.plot(x, [p["success"] for p in t["curve"]], marker="o", ms=3,
+                    label=f"{t['variant']} (alpha {t['alpha']:g}, H {t['H']})")
+        ax.axhline(metrics["tasks"][name]["base"]["success"], color="k", ls="--", lw=1, label="frozen base")
+        ax.set(xlabel="env steps", ylabel="success rate (held-out seeds)", ylim=(-0.03, 1.03), title=name)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return fig
+
+
+def jerk_curves(metrics: dict[str, Any]):
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for t in metrics["trials"]:
+        ax.plot([p["env_steps"] for p in t["curve"]], [p["jerk"] for p in t["curve"]], label=f"{t['task']} / {t['variant']}")
+    for name, task in metrics["tasks"].items():
+        ax.axhline(task["base"]["jerk"], ls="--", lw=1, color="k")
+    ax.set(xlabel="env steps", ylabel="mean action jerk |a_t - 2a_(t-1) + a_(t-2)|", title="smoothness (dashed: base)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def frame_strip(frames: list, title: str):
+    pick = np.linspace(0, len(frames) - 1, min(12, len(frames))).round().astype(int)
+    frames = [np.asarray(frames[i], dtype=np.uint8) for i in pick]
+    fig, axes = plt.subplots(1, len(frames), figsize=(1.3 * len(frames), 1.6), squeeze=False)
+    for ax, f in zip(axes[0], frames):
+        ax.imshow(f, origin="lower")
+        ax.axis("off")
+    fig.suptitle(title, fontsize=8)
+    return fig
+
+
+def plot_all(metrics: dict[str, Any]) -> dict[str, Any]:
+    figs = {"success_curves": success_curves(metrics), "action_jerk": jerk_curves(metrics)}
+    for name, t in metrics["tasks"].items():
+        if t.get("frames"):
+            figs[f"frames_{name}"] = frame_strip(t["frames"], f"{name}: frozen base, first evaluation seed")
+    return figs

@@ -1,0 +1,225 @@
+"""policy_decorator on Ray. Per task: record demonstrations (a Ray task), train the base policy
+through Ray Train and freeze it, evaluate it alone; then one Ray Tune trial per (task, variant)
+runs RLlib SAC with the residual RLModule, evaluates the decorated policy on held-out seeds every
+``eval.every`` env steps, and saves an RLlib checkpoint that reloads for evaluation."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...config import ConfigError
+from .config import Config, Task, Variant
+
+PRED_HORIZON = {"diffusion": 8}
+
+
+def env_config(task: dict[str, Any], base_dir: str | None, seed: int) -> dict[str, Any]:
+    e = task["env"]
+    return {"suite": e["suite"], "id": e["id"], "max_episode_steps": e["max_episode_steps"], "kwargs": e["kwargs"],
+            "control_mode": e["control_mode"], "obs_horizon": e["obs_horizon"], "base": base_dir,
+            "reward": "shifted", "seed": seed}
+
+
+def check_planner(task: dict[str, Any]) -> None:
+    """The task's planner can run here (before Ray starts)."""
+    suite = task["env"]["suite"]
+    if suite == "maniskill":
+        from ...rl.maniskill import planner_python
+
+        if not planner_python().is_file():
+            raise ConfigError(f"tasks.{task['name']}: ManiSkill's motion planner needs its environment at "
+                              f"{planner_python()} (make planner-venv)")
+    elif suite != "slot":
+        raise ConfigError(f"tasks.{task['name']}: no planner for the {suite} suite here; give demos.source = file")
+
+
+def make_demos(task: dict[str, Any], seed: int, out_dir: str):
+    """Record the task's planner demonstrations (runs as a Ray task): slot's scripted expert with
+    action noise, or ManiSkill's motion-planning solutions replayed to state observations."""
+    from ...rl.store import load_demos
+
+    if task["env"]["suite"] == "slot":
+        from ...rl.rollouts import record_demos
+        from ...rl.slot import scripted_expert
+
+        return record_demos(env_config(task, None, seed), scripted_expert, task["demos"]["episodes"], seed,
+                            task["demos"]["noise"])
+    from ...rl.maniskill import motion_planning_demos
+
+    h5 = motion_planning_demos(task["env"]["id"], task["demos"]["episodes"], Path(out_dir),
+                               task["env"]["control_mode"])
+    return load_demos(h5)
+
+
+def prepare(cfg: Config) -> dict[str, Any]:
+    """Checks before Ray starts: demonstration files exist and read; every env can be made."""
+    from ...rl.envs import EnvError, make_env
+    from ...rl.store import load_demos
+
+    out: dict[str, Any] = {}
+    for t in cfg.tasks:
+        td = t.model_dump(mode="json")
+        if t.demos.source == "file":
+            out[t.name] = load_demos(t.demos.path)  # DataError (exit 2) when missing or malformed
+        else:
+            check_planner(td)
+        try:
+            make_env(env_config(td, None, 0)).close()
+        except EnvError as exc:
+            raise ConfigError(f"tasks.{t.name}: {exc}") from None
+    return {"demos": out}
+
+
+def _settings(cfg: Config, task: Task, v: dict[str, Any]):
+    from ...rl.sac import SACSettings
+
+    s = cfg.sac
+    return SACSettings(alpha=v["alpha"], H=v["H"], gamma=s.gamma, tau=s.tau, lr=s.lr, batch=s.batch, buffer=s.buffer,
+                       learning_starts=s.learning_starts, utd=s.utd, hidden=list(s.hidden),
+                       num_env_runners=s.num_env_runners, envs_per_runner=s.envs_per_runner,
+                       rollout_fragment=s.rollout_fragment, seed=cfg.seed)
+
+
+def resolve(task: Task, v: Variant) -> dict[str, Any]:
+    return {"name": v.name, "alpha": task.alpha if v.alpha is None else v.alpha, "H": task.H if v.H is None else v.H,
+            "base": v.base}
+
+
+def module_actor(module):
+    """The decorated policy's deterministic action for one observation."""
+    import torch
+
+    from ray.rllib.core.columns import Columns
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            out = module.forward_inference({Columns.OBS: torch.as_tensor(obs, dtype=torch.float32)[None]})
+        return out[Columns.ACTIONS][0].numpy()
+
+    return act
+
+
+def trial(config: dict[str, Any], *, cfg_dump: dict[str, Any]) -> None:
+    """One Tune trial: decorated SAC for the task's env steps, evaluated every eval.every steps."""
+    import torch
+    from ray import tune
+
+    from ...results import atomic_write_text
+    from ...rl.rollouts import evaluate
+    from ...rl.sac import sac_config
+    from ...sweep.tuner import trial_storage_dir
+
+    torch.set_num_threads(1)
+    cfg = Config.model_validate(cfg_dump)
+    spec = config["spec"]
+    task = next(t for t in cfg.tasks if t.name == spec["task"])
+    v = spec["variant"]
+    out_dir = trial_storage_dir()
+    final = out_dir / "final.json"
+    if final.is_file():  # restored after this trial had finished
+        tune.report(json.loads(final.read_text())["last"])
+        return
+    env_cfg = env_config(task.model_dump(mode="json"), spec["base_dir"], cfg.seed)
+    algo = sac_config(env_cfg, _settings(cfg, task, v)).build_algo()
+    eval_cfg = {**env_cfg, "reward": "sparse"}
+    curve, next_eval, sampled = [], 0, 0
+    try:
+        while True:
+            if sampled >= next_eval or sampled >= task.env_steps:
+                ev = evaluate(eval_cfg, module_actor(algo.get_module()), cfg.eval.seed, cfg.eval.episodes)
+                point = {"env_steps": sampled, "success": ev["success"], "return": ev["return"], "jerk": ev["jerk"],
+                         "length": ev["length"]}
+                curve.append(point)
+                tune.report(point)
+                next_eval += cfg.eval.every
+            if sampled >= task.env_steps:
+                break
+            r = algo.train()
+            sampled = int(r.get("num_env_steps_sampled_lifetime", sampled))
+        ckpt = out_dir / "checkpoint"
+        algo.save_to_path(str(ckpt))
+    finally:
+        algo.stop()
+    atomic_write_text(final, json.dumps({"last": curve[-1], "curve": curve, "checkpoint": str(ckpt)}))
+
+
+def reload_actor(checkpoint: str | Path):
+    """The decorated policy from an RLlib checkpoint of a trial (its RLModule alone)."""
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    path = Path(checkpoint) / "learner_group" / "learner" / "rl_module" / "default_policy"
+    return module_actor(RLModule.from_checkpoint(str(path)))
+
+
+def run(cfg: Config, ctx) -> dict[str, Any]:
+    import ray
+    from ray import tune
+
+    from ...rl import store
+    from ...rl.offline import train_base, training_arrays
+    from ...rl.base_policies import ZeroPolicy
+    from ...rl.rollouts import evaluate
+    from ...sweep.tuner import run_tuner, trial_rows
+    from .plots import plot_all
+
+    inputs = ctx.inputs if ctx.inputs is not None else prepare(cfg)
+    root = ctx.run_dir.path
+    tasks_out: dict[str, Any] = {}
+    specs = []
+    for t in cfg.tasks:
+        td = t.model_dump(mode="json")
+        if t.name in inputs["demos"]:
+            demos = inputs["demos"][t.name]
+        else:
+            demos = ray.get(ray.remote(num_cpus=1)(make_demos).remote(td, cfg.seed, str(root / "demos" / "planner")))
+        store.save_demos(demos, root / "demos" / f"{t.name}.npz")
+        print(f"  {t.name}: {len(demos.seeds)} demonstrations, {int(demos.success.sum())} successful", flush=True)
+        kind = t.base.kind
+        horizon = int(t.base.hparams.get("pred_horizon", PRED_HORIZON.get(kind, 1)))
+        obs, chunks = training_arrays(demos, horizon)
+        base_dir, base_curve = train_base(kind, t.base.hparams, obs, chunks, steps=t.base.steps, batch=t.base.batch,
+                                          lr=t.base.lr, seed=cfg.seed, storage=root / "base", name=t.name)
+        zero_dir = store.save_policy(ZeroPolicy(obs_dim=obs.shape[1], act_dim=chunks.shape[2]), root / "base" / f"{t.name}_zero")
+        base_policy = store.load_policy(base_dir)
+        ev_cfg = {**env_config(td, str(base_dir), cfg.seed), "reward": "sparse"}
+        base_eval = evaluate(ev_cfg, lambda o: o[-chunks.shape[2]:], cfg.eval.seed, cfg.eval.episodes, frames=2)
+        ctx.log(task=t.name, what="base", success=base_eval["success"], jerk=base_eval["jerk"])
+        print(f"  {t.name}: base {kind} success {base_eval['success']:.2f} on {cfg.eval.episodes} held-out seeds",
+              flush=True)
+        tasks_out[t.name] = {"demos": {"episodes": len(demos.seeds), "successful": int(demos.success.sum()),
+                                       "seeds": demos.seeds.tolist()},
+                             "base": {"kind": kind, "dir": str(base_dir), "loss": base_curve,
+                                      **{k: base_eval[k] for k in ("success", "jerk", "return", "length")}},
+                             "frames": np.asarray(base_eval["frames"]).tolist() if base_eval["frames"] else [],
+                             "env_steps": t.env_steps}
+        del base_policy
+        for v in cfg.variants:
+            rv = resolve(t, v)
+            specs.append({"task": t.name, "variant": rv, "base_dir": str(base_dir if v.base else zero_dir),
+                          "label": f"{t.name}/{v.name}"})
+    print(f"  {len(specs)} SAC trials (task x variant), {cfg.max_concurrent_trials} at a time ...", flush=True)
+    trainable = tune.with_parameters(trial, cfg_dump=cfg.model_dump(mode="json"))
+    results = run_tuner(trainable, {"spec": tune.grid_search(specs)}, storage_path=root / "tune", name="sac",
+                        max_concurrent_trials=cfg.max_concurrent_trials)
+    trials = []
+    for row in trial_rows(results):
+        spec = row["config"]["spec"]
+        if row["error"]:
+            raise RuntimeError(f"trial {spec['label']} failed: {row['error']}")
+        final = json.loads((Path(row["path"]) / "final.json").read_text())
+        rec = {"task": spec["task"], "variant": spec["variant"]["name"], "alpha": spec["variant"]["alpha"],
+               "H": spec["variant"]["H"], "base": spec["variant"]["base"], "curve": final["curve"],
+               "checkpoint": final["checkpoint"]}
+        ctx.log(**{k: v for k, v in rec.items() if k != "curve"}, final_success=final["last"]["success"])
+        trials.append(rec)
+    order = {s["label"]: i for i, s in enumerate(specs)}
+    trials.sort(key=lambda r: order[f"{r['task']}/{r['variant']}"])
+    metrics = {"tasks": tasks_out, "trials": trials}
+    for name, fig in plot_all(metrics).items():
+        ctx.save_plot(fig, name)
+    for t in tasks_out.values():
+        t.pop("frames", None)
+    return metrics
