@@ -101,8 +101,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .runtime import RunContext, connect, hardware, resolve_address, seed_everything
 
     address = None if _ray_initialized() else resolve_address(args.address)
-    run_dir = RunDir(args.out or default_run_dir(study.id, args.preset)).create()
+    run_dir = RunDir(args.out or default_run_dir(study.id, args.preset))
     config_yaml = to_yaml(cfg)
+    earlier = run_dir.path / "config.yaml"
+    if earlier.is_file() and not (run_dir.path / "result.json").exists() and earlier.read_text() != config_yaml:
+        raise ConfigError(f"{run_dir.path} holds an unfinished run of another config; rerun it with the same "
+                          "config to resume it, or choose another --out")
+    run_dir = run_dir.create()
     run_dir.write_config(config_yaml)
     print(f"# {study.id} ({args.preset}) -> {run_dir.path}\n# resolved config:\n{config_yaml}", flush=True)
 

@@ -76,3 +76,13 @@ def test_a_sweep_expands_the_tune_grid():
         Config.model_validate({"model": {"heads": 4}, "sweep": {"d_model": [30]}})
     with pytest.raises(ValidationError, match="must be positive"):
         Config.model_validate({"sweep": {"lr": [0.0]}})
+
+
+def test_claims_cover_every_task():
+    mult = {**TASK, "name": "multiplication", "train_count": [1, 2], "eval_count": [1, 2, 4]}
+    trials = [trial("coupled", grid(8, 8)), trial("nope", grid(2, 2))]
+    trials += [{**t, "task": "multiplication", "grid": {k: v for k, v in t["grid"].items() if int(k.split("x")[1]) in (2, 4)}
+                | {f"{d}x1": 1.0 for d in TASK["eval_digits"]}} for t in trials]
+    ids = [c.id for c in claims({"trials": trials, "tasks": [TASK, mult], "threshold": 0.9}, None)]
+    assert ids == ["multi_addition_coupled_length", "multi_addition_coupled_count", "multi_addition_baselines_collapse",
+                   "multiplication_coupled_a", "multiplication_coupled_b", "multiplication_baselines_collapse"]

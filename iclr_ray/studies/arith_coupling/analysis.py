@@ -108,14 +108,14 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
                                           note=f"extrapolation factor; {tr}{at}"))
         base = [r for m, r in mine.items() if m != "coupled"]
         if base:
-            best = max(base, key=lambda r: min(r["digits_factor"], r["count_factor"]))
+            top = max(base, key=lambda r: min(r["digits_factor"], r["count_factor"]))
             listing = "; ".join(f"{r['method']}{' (' + r['variant'] + ')' if r['variant'] else ''}: "
                                 f"{r['digits_factor']:.2f} / {r['count_factor']:.2f}" for r in base)
             out.append(Claim.at_most(f"{name}_baselines_collapse",
                                      f"{name}: the baselines (no PE, absolute PE, single-level coupling, no "
                                      "scratchpad) do not generalise in both length and count",
-                                     min(best["digits_factor"], best["count_factor"]), BASELINE_COLLAPSE,
-                                     note=f"best baseline's smaller factor ({best['method']}); factors "
+                                     min(top["digits_factor"], top["count_factor"]), BASELINE_COLLAPSE,
+                                     note=f"best baseline's smaller factor ({top['method']}); factors "
                                           f"({ax_d} / {ax_c}): {listing}"))
     return out
 

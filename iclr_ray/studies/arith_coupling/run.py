@@ -226,8 +226,10 @@ def train_all(ctx, cfg: Config) -> list[dict[str, Any]]:
     print(f"  {len(todo)} trials (task x method x sweep variant x seed), {cfg.max_concurrent_trials} at a time ...",
           flush=True)
     trainable = tune.with_parameters(trial, cfg_dump=cfg.model_dump(mode="json"))
+    # resume=True: rerunning an interrupted run into the same --out restores its Tune grid, and
+    # trials that had finished report their saved final.json instead of training again
     results = run_tuner(trainable, {"spec": tune.grid_search(todo)}, storage_path=ctx.run_dir.path / "tune",
-                        name="grid", max_concurrent_trials=cfg.max_concurrent_trials)
+                        name="grid", max_concurrent_trials=cfg.max_concurrent_trials, resume=True)
     trials = []
     for row in trial_rows(results):
         spec = row["config"]["spec"]
