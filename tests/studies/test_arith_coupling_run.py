@@ -73,3 +73,12 @@ def test_input_errors_exit_2_before_ray(tmp_path, input_error):
     assert "not a multiple of heads" in input_error("arith_coupling", ["model.d_model=33"])
     (tmp_path / "notarun").mkdir()
     assert "cannot be read as a finished run" in input_error("arith_coupling", [f"eval_only={tmp_path / 'notarun'}"])
+
+
+def test_an_unfinished_run_of_another_config_is_not_resumed(tmp_path, capsys):
+    out = tmp_path / "unfinished"
+    out.mkdir()
+    (out / "config.yaml").write_text("seed: 5\n")  # what an interrupted run of another config leaves
+    assert cli.main(["run", "arith_coupling", "--preset", "smoke", "--out", str(out)]) == 2
+    assert "holds an unfinished run of another config" in capsys.readouterr().err
+    assert (out / "config.yaml").read_text() == "seed: 5\n"  # left as it was
