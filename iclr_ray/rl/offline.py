@@ -9,14 +9,23 @@ from typing import Any
 import numpy as np
 
 
-def training_arrays(demos, pred_horizon: int, successful_only: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """(obs, action chunks) of every step of the (successful) demonstration episodes."""
+def stack_frames(obs: np.ndarray, k: int) -> np.ndarray:
+    """Each step's last k observations, oldest first, the first repeated at the start: what
+    ``rl.envs.ObsHistory`` shows the policy online."""
+    idx = np.maximum(np.arange(len(obs))[:, None] - np.arange(k - 1, -1, -1)[None], 0)
+    return obs[idx].reshape(len(obs), -1)
+
+
+def training_arrays(demos, pred_horizon: int, obs_horizon: int = 1,
+                    successful_only: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(observations stacked ``obs_horizon`` deep, action chunks) of every step of the
+    (successful) demonstration episodes."""
     from .base_policies import demo_chunks
 
     obs, chunks = [], []
     for (o, a), ok in zip(demos.episodes(), demos.success):
         if ok or not successful_only:
-            x, y = demo_chunks(o, a, pred_horizon)
+            x, y = demo_chunks(stack_frames(o, obs_horizon) if obs_horizon > 1 else o, a, pred_horizon)
             obs.append(x)
             chunks.append(y)
     if not obs:

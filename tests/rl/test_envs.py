@@ -62,12 +62,18 @@ def test_rewards_success_and_scaling():
     assert np.allclose(scaled.action(np.array([0.0, 5.0])), [1.0, 4.0])  # clipped to the box
 
 
-def test_observation_history_stacks_oldest_first():
+def test_observation_history_stacks_oldest_first_as_demos_are_stacked():
+    from iclr_ray.rl.offline import stack_frames
+
     env = ObsHistory(SlotReach(), 3)
     obs, _ = env.reset(seed=0)
     assert obs.shape == (9,) and np.array_equal(obs[:3], obs[6:])  # the first frame repeated
-    nxt, *_ = env.step(np.array([1.0, 0.0]))
-    assert np.array_equal(nxt[:6], obs[3:]) and not np.array_equal(nxt[6:], obs[6:])
+    seen = [obs]
+    for a in ([1.0, 0.0], [0.0, 1.0], [1.0, 1.0]):
+        seen.append(env.step(np.array(a))[0])
+    assert np.array_equal(seen[1][:6], obs[3:]) and not np.array_equal(seen[1][6:], obs[6:])
+    raw = np.array([s[6:] for s in seen])  # the newest frame of each step
+    assert np.array_equal(stack_frames(raw, 3), np.array(seen))  # training sees what the policy sees online
 
 
 class Counting(base_policies.BasePolicy):

@@ -179,7 +179,7 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
         print(f"  {t.name}: {len(demos.seeds)} demonstrations, {int(demos.success.sum())} successful", flush=True)
         kind = t.base.kind
         horizon = int(t.base.hparams.get("pred_horizon", PRED_HORIZON.get(kind, 1)))
-        obs, chunks = training_arrays(demos, horizon)
+        obs, chunks = training_arrays(demos, horizon, t.env.obs_horizon)
         base_dir, base_curve = train_base(kind, t.base.hparams, obs, chunks, steps=t.base.steps, batch=t.base.batch,
                                           lr=t.base.lr, seed=cfg.seed, storage=root / "base", name=t.name)
         zero_dir = store.save_policy(ZeroPolicy(obs_dim=obs.shape[1], act_dim=chunks.shape[2]), root / "base" / f"{t.name}_zero")
