@@ -81,11 +81,12 @@ class ResidualSACModule(DefaultSACTorchRLModule):
         obs = batch[Columns.OBS]
         n = obs.shape[0]
         logits = self._residual_logits(obs)
-        if self.sampled < self.learning_starts:
+        g = self.sampled * self.runners  # the global env step, estimated from this runner's count
+        if g < self.learning_starts:
             a_res = torch.rand(logits.shape[0], logits.shape[-1] // 2) * 2.0 - 1.0
         else:
             a_res = self.get_exploration_action_dist_cls().from_logits(logits).sample()
-        p = use_probability(self.sampled * self.runners, self.H)
+        p = use_probability(g, self.H)
         use = (torch.rand(n) < p).float()
         self.sampled += n
         a_res = a_res * use[:, None]
