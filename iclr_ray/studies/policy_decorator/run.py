@@ -183,7 +183,6 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
         base_dir, base_curve = train_base(kind, t.base.hparams, obs, chunks, steps=t.base.steps, batch=t.base.batch,
                                           lr=t.base.lr, seed=cfg.seed, storage=root / "base", name=t.name)
         zero_dir = store.save_policy(ZeroPolicy(obs_dim=obs.shape[1], act_dim=chunks.shape[2]), root / "base" / f"{t.name}_zero")
-        base_policy = store.load_policy(base_dir)
         ev_cfg = {**env_config(td, str(base_dir), cfg.seed), "reward": "sparse"}
         base_eval = evaluate(ev_cfg, lambda o: o[-chunks.shape[2]:], cfg.eval.seed, cfg.eval.episodes, frames=2)
         ctx.log(task=t.name, what="base", success=base_eval["success"], jerk=base_eval["jerk"])
@@ -195,7 +194,6 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
                                       **{k: base_eval[k] for k in ("success", "jerk", "return", "length")}},
                              "frames": np.asarray(base_eval["frames"]).tolist() if base_eval["frames"] else [],
                              "env_steps": t.env_steps}
-        del base_policy
         for v in cfg.variants:
             rv = resolve(t, v)
             specs.append({"task": t.name, "variant": rv, "base_dir": str(base_dir if v.base else zero_dir),
