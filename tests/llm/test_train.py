@@ -51,6 +51,20 @@ def test_zero3_recovers_from_a_killed_worker_on_the_zero2_loss_curve(ray_cluster
     ref_curve = [r["loss"] for r in train.read_steps(tmp_path, "ref")]
     assert [r["loss"] for r in train.read_steps(tmp_path, "z3")] == pytest.approx(ref_curve, rel=1e-5)
 
+    # reporting every 3 steps: a report at 3 and the last step, each the token-weighted mean loss
+    # (and the rates) of the steps since the one before
+    win = train.fit(train.TrainConfig(max_steps=4, zero_stage=2, log_every=3), rows, tok, tmp_path, "win")
+    recs = train.read_steps(tmp_path, "win")
+    assert [(r["step"], r["steps"]) for r in recs] == [(3, 3), (4, 1)] and win.metrics["step"] == 4
+    from iclr_ray.llm.loss import label_tokens
+
+    wcfg = train.TrainConfig(max_steps=4)
+    n = [label_tokens(data.collate(train.step_rows(rows, k, wcfg, 0))["labels"]) for k in range(4)]
+    ref_steps = train.read_steps(tmp_path, "ref")
+    assert recs[0]["loss"] == pytest.approx(sum(n[k] * ref_steps[k]["loss"] for k in range(3)) / sum(n[:3]), rel=1e-5)
+    assert recs[1]["loss"] == pytest.approx(ref_steps[3]["loss"], rel=1e-5)
+    assert recs[0]["samples_per_s"] == pytest.approx(3 * wcfg.rows_per_step() / recs[0]["seconds"])
+
     more = train.fit(cfg.model_copy(update={"max_steps": 6}), rows, tok, tmp_path, "z3")
     assert more.metrics["resumed_from"] == 4 and more.metrics["step"] == 6
     assert [r["step"] for r in train.read_steps(tmp_path, "z3")] == [1, 2, 3, 4, 5, 6]

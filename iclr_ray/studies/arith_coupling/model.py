@@ -30,7 +30,7 @@ class ModelConfig:
     d_model: int = 128
     layers: int = 2
     heads: int = 4
-    d_ff: int = 512
+    d_ff: int = 256
     levels: int = 2
     """position levels embedded (coupled); 1 for absolute"""
     n_positions: int = 41
