@@ -261,6 +261,18 @@ def build(kind: str, **hparams: Any) -> BasePolicy:
     return KINDS[kind](**hparams)
 
 
+def pred_horizon(kind: str, hparams: dict[str, Any]) -> int:
+    """The chunk length a policy of ``kind`` built with ``hparams`` predicts (its own default
+    where ``hparams`` leave it out): the length of the action chunks its training pairs need."""
+    import inspect
+
+    if "pred_horizon" in hparams:
+        return int(hparams["pred_horizon"])
+    if kind not in KINDS:
+        raise ValueError(f"unknown base policy {kind!r}; known: {', '.join(KINDS)}")
+    return int(inspect.signature(KINDS[kind].__init__).parameters["pred_horizon"].default)
+
+
 def demo_chunks(obs: np.ndarray, actions: np.ndarray, pred_horizon: int) -> tuple[np.ndarray, np.ndarray]:
     """(obs_t, a_t .. a_{t+h-1}) pairs of one episode (obs (T, d), actions (T, n)); past the end
     the last action repeats (Diffusion Policy's padding)."""

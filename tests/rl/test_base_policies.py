@@ -90,6 +90,14 @@ def test_demo_chunks_repeat_the_last_action():
     assert c[:, :, 0].tolist() == [[0, 1, 2], [1, 2, 2], [2, 2, 2]]
 
 
+def test_pred_horizon_is_the_built_policys_chunk_length():
+    for kind, hp in [("diffusion", {}), ("diffusion", {"pred_horizon": 4, "act_horizon": 2}), ("mlp", {}),
+                     ("bet", {"pred_horizon": 3})]:
+        assert bp.pred_horizon(kind, hp) == bp.build(kind, obs_dim=3, act_dim=2, **hp).pred_horizon
+    with pytest.raises(ValueError, match="unknown base policy"):
+        bp.pred_horizon("gpt", {})
+
+
 def test_recorded_demos_keep_their_seeds(tmp_path):
     demos = record_demos({"suite": "slot", "reward": "sparse"}, scripted_expert, 4, seed=7, noise=0.3)
     assert demos.seeds.tolist() == [7, 8, 9, 10] and demos.success.all()

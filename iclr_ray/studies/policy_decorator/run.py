@@ -13,9 +13,6 @@ import numpy as np
 from ...config import ConfigError
 from .config import Config, Task, Variant
 
-PRED_HORIZON = {"diffusion": 8}
-
-
 def env_config(task: dict[str, Any], base_dir: str | None, seed: int) -> dict[str, Any]:
     e = task["env"]
     return {"suite": e["suite"], "id": e["id"], "max_episode_steps": e["max_episode_steps"], "kwargs": e["kwargs"],
@@ -160,7 +157,7 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
 
     from ...rl import store
     from ...rl.offline import train_base, training_arrays
-    from ...rl.base_policies import ZeroPolicy
+    from ...rl.base_policies import ZeroPolicy, pred_horizon
     from ...rl.rollouts import evaluate
     from ...sweep.tuner import run_tuner, trial_rows
     from .plots import plot_all
@@ -178,7 +175,7 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
         store.save_demos(demos, root / "demos" / f"{t.name}.npz")
         print(f"  {t.name}: {len(demos.seeds)} demonstrations, {int(demos.success.sum())} successful", flush=True)
         kind = t.base.kind
-        horizon = int(t.base.hparams.get("pred_horizon", PRED_HORIZON.get(kind, 1)))
+        horizon = pred_horizon(kind, t.base.hparams)
         obs, chunks = training_arrays(demos, horizon, t.env.obs_horizon)
         base_dir, base_curve = train_base(kind, t.base.hparams, obs, chunks, steps=t.base.steps, batch=t.base.batch,
                                           lr=t.base.lr, seed=cfg.seed, storage=root / "base", name=t.name)
