@@ -23,6 +23,7 @@ def action_jerk(actions: np.ndarray) -> float:
 
 
 def episode(env, act: Act, seed: int, frames: bool = False) -> dict[str, Any]:
+    frames = frames and getattr(env.unwrapped, "render_mode", None) is not None  # ManiSkill here: no renderer
     obs, info = env.reset(seed=seed)
     observations, actions, rewards, images = [obs], [], [], []
     success = bool(info.get("success", False))
@@ -44,7 +45,8 @@ def episode(env, act: Act, seed: int, frames: bool = False) -> dict[str, Any]:
 
 def evaluate(env_config: dict[str, Any], act: Act, seed: int, episodes: int, frames: int = 0) -> dict[str, Any]:
     """Success rate, mean return, episode length and action jerk over episodes seeded seed .. seed +
-    episodes - 1; ``frames``: keep the rendered frames of the first episode, every frames-th one."""
+    episodes - 1; ``frames``: keep the rendered frames of the first episode, every frames-th one
+    (none where the env has no render mode)."""
     env = make_env(env_config)
     eps = [episode(env, act, seed + i, frames=bool(frames) and i == 0) for i in range(episodes)]
     env.close()

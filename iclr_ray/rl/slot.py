@@ -32,7 +32,7 @@ class SlotReach(gym.Env):
 
     def __init__(self, slot_half_width: float = 0.06, gap: float = 0.6, goal_x: float = 0.3, goal_radius: float = 0.05,
                  step_size: float = 0.06, max_episode_steps: int = 60, choice_temperature: float = 0.25,
-                 dense: bool = False, render_mode: str | None = None):
+                 dense: bool = False, render_mode: str | None = "rgb_array"):
         self.w, self.gap, self.goal_x, self.radius, self.step_size = slot_half_width, gap, goal_x, goal_radius, step_size
         self.max_episode_steps, self.tau, self.dense, self.render_mode = max_episode_steps, choice_temperature, dense, render_mode
         self.observation_space = gym.spaces.Box(-2.0, 2.0, shape=(3,), dtype=np.float32)

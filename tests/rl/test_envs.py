@@ -141,3 +141,10 @@ def test_maniskill_pickcube_through_the_registry():
     assert np.array_equal(obs, again)
     success, ret, steps, term = run(env, lambda o: np.zeros(7, dtype=np.float32), 0)
     assert steps == 10 and not success and ret == 0.0
+    env.close()
+    # evaluation asks for frames; ManiSkill runs without a renderer here, so it gets none
+    from iclr_ray.rl.rollouts import evaluate
+
+    ev = evaluate({"suite": "maniskill", "id": "PickCube-v1", "reward": "sparse", "max_episode_steps": 5},
+                  lambda o: np.zeros(7, dtype=np.float32), seed=0, episodes=1, frames=2)
+    assert ev["frames"] == [] and ev["length"] == 5 and ev["success"] == 0.0
