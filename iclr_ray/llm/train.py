@@ -11,10 +11,10 @@ walks the same deterministic step schedule: the rows of optimiser step t are the
 run, so a resumed run continues with the data it would have seen. The loss of a step is
 normalised by the step's label tokens across all micro-batches and workers (loss.py).
 
-Every ``log_every`` optimiser steps (and at every evaluation, checkpoint and the last step) the loop
-reports loss, grad norm, lr, tokens/s and samples/s over the steps since the last report (and peak
-memory and MFU on GPU); every ``checkpoint_every`` steps a checkpoint holds the DeepSpeed state (all ranks) and,
-from rank 0, the model and tokenizer in Hugging Face format (servable as is).
+Every ``log_every`` optimiser steps (and at every evaluation, checkpoint and the last step) the
+loop reports loss, grad norm, lr, tokens/s and samples/s over the steps since the last report (and
+peak memory and MFU on GPU); every ``checkpoint_every`` steps a checkpoint holds the DeepSpeed
+state (all ranks) and, from rank 0, the model and tokenizer in Hugging Face format (servable as is).
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ class TrainConfig(Section):
     """optimiser steps between checkpoints; 0: only the final one"""
     log_every: int = Field(1, ge=1)
     """optimiser steps per Ray Train report (the loss and rates are averaged over them); a report
-    costs ~50 ms here, a fifth of a small model's step on a 2-core CPU"""
+    costs ~30 ms on a 2-core CPU, a tenth of a small model's step"""
     max_failures: int = Field(1, ge=0)
     """worker failures Ray Train recovers from (restarting from the latest checkpoint)"""
     seed: int = 0

@@ -26,7 +26,6 @@ PLANNER_PYTHON_ENV = "ICLR_RAY_PLANNER_PYTHON"
 
 
 @functools.lru_cache(maxsize=1)
-@functools.cache
 def probe_vulkan() -> str | None:
     """None when SAPIEN finds a rendering device, else the reason (one line). Once per process:
     the probe is a subprocess importing SAPIEN (seconds), and every env a runner makes asks."""

@@ -1,6 +1,7 @@
 """arith_coupling config. Defaults are the ``small`` preset: a 2-layer, 128-wide decoder per method
-(d_ff 256: the paper's d_ff = 2 d_model) trained 1000 steps of 64 examples at lr 1e-3, multi-operand addition on <= 4 digits x <= 4 operands
-and multiplication on <= 3 x <= 2 digits, evaluated on grids to 2-3x those ranges."""
+(d_ff 256: the paper's d_ff = 2 d_model) trained 1000 steps of 64 examples at lr 1e-3,
+multi-operand addition on <= 4 digits x <= 4 operands and multiplication on <= 3 x <= 2 digits,
+evaluated on grids to 2-3x those ranges."""
 from __future__ import annotations
 
 from typing import Optional

@@ -13,6 +13,7 @@ import numpy as np
 from ...config import ConfigError
 from .config import Config, Task, Variant
 
+
 def env_config(task: dict[str, Any], base_dir: str | None, seed: int) -> dict[str, Any]:
     e = task["env"]
     return {"suite": e["suite"], "id": e["id"], "max_episode_steps": e["max_episode_steps"], "kwargs": e["kwargs"],
