@@ -127,11 +127,15 @@ def deepspeed_config(cfg: TrainConfig, bf16: bool) -> dict[str, Any]:
     }
 
 
-def _write_files(files: dict[str, bytes]) -> str:
-    d = tempfile.mkdtemp(prefix="tok")
-    for name, data in files.items():
-        Path(d, name).write_bytes(data)
-    return d
+def load_tokenizer(files: dict[str, bytes]):
+    """A tokenizer from the bytes of its saved files (``read_files``), through a temporary
+    directory that is removed once it has loaded."""
+    from transformers import AutoTokenizer
+
+    with tempfile.TemporaryDirectory(prefix="tok") as d:
+        for name, data in files.items():
+            Path(d, name).write_bytes(data)
+        return AutoTokenizer.from_pretrained(d)
 
 
 def read_files(directory: str | Path) -> dict[str, bytes]:
@@ -187,12 +191,11 @@ class ChatRecipe(Recipe):
 
     def setup(self) -> None:
         import ray
-        from transformers import AutoTokenizer
 
         self.rows: list[PackedRow] = ray.get(self.rows_ref)
         self.order = ray.get(self.order_ref) if self.order_ref is not None else None
         self.eval_rows: dict[str, list[PackedRow]] = ray.get(self.eval_ref) if self.eval_ref is not None else {}
-        self.tokenizer = AutoTokenizer.from_pretrained(_write_files(self.tokenizer_files))
+        self.tokenizer = load_tokenizer(self.tokenizer_files)
 
     def build_model(self, cfg: TrainConfig):
         from transformers import AutoModelForCausalLM

@@ -121,3 +121,15 @@ def test_mfu_inputs():
     assert train.peak_flops("Some Future GPU", bf16=True) is None
     # a 7B model at 4k context: ~6N dominates, attention adds 12*L*d*T
     assert train.flops_per_token(7_000_000_000, 32, 4096, 4096) == pytest.approx(6 * 7e9 + 12 * 32 * 4096 * 4096)
+
+
+def test_load_tokenizer_round_trips_the_saved_files_and_removes_its_directory(corpus, tmp_path, monkeypatch):
+    tok, _ = corpus
+    tok.save_pretrained(tmp_path / "tok")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(train.tempfile, "tempdir", str(scratch))
+    loaded = train.load_tokenizer(train.read_files(tmp_path / "tok"))
+    text = "add 12 and 7"
+    assert loaded(text)["input_ids"] == tok(text)["input_ids"] and len(loaded) == len(tok)
+    assert list(scratch.iterdir()) == []  # the temporary copy is gone

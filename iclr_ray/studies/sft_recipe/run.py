@@ -88,11 +88,9 @@ class World:
                                     self.eval_mc, max_new_tokens)
 
     def tokenizer(self):
-        from transformers import AutoTokenizer
+        from ...llm.train import load_tokenizer
 
-        from ...llm.train import _write_files
-
-        return AutoTokenizer.from_pretrained(_write_files(self.tokenizer_files))
+        return load_tokenizer(self.tokenizer_files)
 
 
 def _held_out(convs: list, n_eval: int) -> tuple[list, list[EvalItem]]:
