@@ -1,7 +1,9 @@
 """Env steps per second of Policy Decorator's SAC through RLlib (the residual RLModule, sampling
 and learning at the configured update-to-data ratio; sampling alone with no updates) against a
 raw gymnasium loop of the same env and the same frozen base policy (a_base from the
-observation, no residual), on one process each. Prints the ratios.
+observation, no residual), on one process each; and the project's training step
+(``rl.sac.DecoratedSAC``: a numpy transition buffer, ready batches to the learner) against
+RLlib's own SAC training step with its ``EpisodeReplayBuffer``, same settings. Prints the ratios.
 
     python benchmarks/rllib_env_steps.py [--suite slot|maniskill|adroit] [--id ID] [--steps 4000]
                                          [--hidden 64 64] [--batch 128] [--utd 0.25]
@@ -32,7 +34,9 @@ def main() -> None:
     torch.set_num_threads(1)
     from iclr_ray.rl import base_policies, store
     from iclr_ray.rl.envs import make_env
-    from iclr_ray.rl.sac import SACSettings, sac_config
+    from ray.rllib.algorithms.sac import SAC
+
+    from iclr_ray.rl.sac import DecoratedSAC, SACSettings, sac_config
 
     tmp = tempfile.mkdtemp()
     probe = make_env({"suite": args.suite, "id": args.id})
@@ -53,11 +57,16 @@ def main() -> None:
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     rates = {}
-    for label, learn in (("RLlib sampling only", False), ("RLlib SAC (sample + learn)", True)):
+    runs = (("RLlib sampling only", False, DecoratedSAC),
+            ("RLlib SAC, its EpisodeReplayBuffer (sample + learn)", True, SAC),
+            ("DecoratedSAC, TransitionBuffer (sample + learn)", True, DecoratedSAC))
+    for label, learn, algo_class in runs:
         s = SACSettings(alpha=0.1, H=0, batch=args.batch, hidden=list(args.hidden), utd=args.utd, envs_per_runner=args.envs,
                         rollout_fragment=16, buffer=100_000,
                         learning_starts=(10**9 if not learn else min(1000, args.steps // 4)))
-        algo = sac_config(env_cfg, s).build_algo()
+        config = sac_config(env_cfg, s)
+        config.algo_class = algo_class
+        algo = config.build_algo()
         algo.train()  # warm up (first sample and, when learning, first updates)
         start = algo.train()["num_env_steps_sampled_lifetime"]
         t = time.perf_counter()
@@ -68,6 +77,8 @@ def main() -> None:
         algo.stop()
         print(f"{label} (hidden {args.hidden}, batch {args.batch}, utd {args.utd}): {rates[label]:,.0f} env steps/s "
               f"(raw/RLlib = {raw / rates[label]:.1f}x)", flush=True)
+    stock, ours = rates[runs[1][0]], rates[runs[2][0]]
+    print(f"DecoratedSAC / RLlib SAC training step: {ours / stock:.2f}x env steps/s at utd {args.utd}")
     ray.shutdown()
 
 

@@ -33,9 +33,14 @@ def test_slot_planner_succeeds_and_the_wall_blocks():
     near = [c for d, c in choices if abs(d) < 0.1]
     assert np.mean(far_up) > 0.9 and 0.25 < np.mean(near) < 0.75  # bimodal near y0 = s
     obs, _ = env.reset(seed=0)
-    env.pos, env.s = np.array([-0.03, 0.0]), 0.0  # between the slots (at -0.3 and 0.3): it jams
+    env.pos, env.s = np.array([-0.03, 0.0]), 0.0  # between the slots (at -0.3 and 0.3): blocked in x
     env.step(np.array([1.0, 1.0]))
-    assert env.pos[0] < 0 and abs(env.pos[1] - 0.03) < 1e-9  # stopped where its path met the wall
+    assert -1e-5 < env.pos[0] < 0 and abs(env.pos[1] - 0.06) < 1e-9  # at the wall, slid by its y move
+    env.step(np.array([1.0, 0.0]))
+    assert -1e-5 < env.pos[0] < 0 and abs(env.pos[1] - 0.06) < 1e-9  # pushing straight at it: stuck
+    for _ in range(4):  # a push sideways slides it into the upper slot and through
+        env.step(np.array([1.0, 1.0]))
+    assert env.pos[0] > 0
     for y in (-0.3, 0.3):  # in front of either slot: it passes
         env.pos = np.array([-0.03, y])
         env.step(np.array([1.0, 0.0]))

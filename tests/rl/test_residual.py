@@ -119,7 +119,10 @@ def test_one_sac_update_on_the_slot_env_and_checkpoint_reload(ray_cluster, tmp_p
         assert np.isfinite(learned["policy_loss"]) and np.isfinite(learned["qf_loss"])
         after = algo.get_module().pi.state_dict()
         assert any(not torch.equal(before[k], after[k]) for k in before)  # the residual actor was updated
-        assert results[-1]["num_env_steps_sampled_lifetime"] >= 96
+        g = results[-1]["num_env_steps_sampled_lifetime"]
+        assert g >= 96 and len(algo.transitions) == g  # every sampled transition is in the buffer
+        assert algo.updates_done == int(s.utd * (g - s.learning_starts)) > 0  # utd per step after learning starts
+        assert learned["num_module_steps_trained_lifetime"] == algo.updates_done * s.batch
         algo.save_to_path(str(tmp_path / "ckpt"))
         obs = np.random.default_rng(0).uniform(-1, 1, size=(20, 5)).astype(np.float32)
         now, reloaded = module_actor(algo.get_module()), reload_actor(tmp_path / "ckpt")

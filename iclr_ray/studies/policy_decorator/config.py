@@ -75,9 +75,9 @@ class SAC(Section):
     batch: int = Field(128, ge=1)
     buffer: int = Field(100_000, ge=1)
     learning_starts: int = Field(2000, ge=0)
-    utd: float = Field(0.1, gt=0)
-    """gradient updates per env step (the paper: 0.25; RLlib's episode replay buffer costs ~0.5 ms
-    per sampled transition here, so small trains at 0.1)"""
+    utd: float = Field(0.25, gt=0)
+    """gradient updates per env step (the paper's 0.25; one update of the small networks on a 128
+    batch costs ~45 ms on one core here, see benchmarks/rllib_env_steps.py)"""
     hidden: list[int] = [64, 64]
     num_env_runners: int = Field(0, ge=0)
     """0: sample in the trial's own process"""
