@@ -15,6 +15,7 @@ chunks. The executor runs the first ``act_horizon`` actions of a chunk, then pla
 """
 from __future__ import annotations
 
+import abc
 import math
 from typing import Any
 
@@ -33,7 +34,7 @@ def _mlp(sizes: list[int], act=nn.Mish) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-class BasePolicy(nn.Module):
+class BasePolicy(nn.Module, metaclass=abc.ABCMeta):
     kind = "base"
 
     def __init__(self, obs_dim: int, act_dim: int, pred_horizon: int = 1, act_horizon: int = 1, **_: Any):
@@ -46,11 +47,13 @@ class BasePolicy(nn.Module):
         return {"obs_dim": self.obs_dim, "act_dim": self.act_dim, "pred_horizon": self.pred_horizon,
                 "act_horizon": self.act_horizon}
 
+    @abc.abstractmethod
     def act_chunk(self, obs: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """(B, obs_dim) -> (B, pred_horizon, act_dim) in [-1, 1]."""
 
+    @abc.abstractmethod
     def loss(self, obs: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """The behaviour-cloning loss on demonstration chunks (B, pred_horizon, act_dim)."""
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """The first action of the chunk (B, act_dim)."""
@@ -64,6 +67,10 @@ class ZeroPolicy(BasePolicy):
 
     def act_chunk(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.zeros(obs.shape[0], self.pred_horizon, self.act_dim)
+
+    def loss(self, obs: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
+        """Its error on the chunks; it has no parameters, so nothing learns from it."""
+        return F.mse_loss(self.act_chunk(obs), chunk)
 
 
 class MLPPolicy(BasePolicy):
