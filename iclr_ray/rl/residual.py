@@ -16,6 +16,10 @@ therefore holds (s, a_base(s)), a, (s', a_base(s')), as the paper stores them, a
 never runs the base. The actor sees the observation without a_base unless
 ``model_config["residual_sees_base"]`` (the paper's default: obs only).
 
+At initialisation the last layers of the residual actor and of the critics are orthogonal with
+gain 0.01 and zero bias (as the official scripts initialise theirs), so the untrained residual's
+deterministic action is ~0: before any update the decorated policy acts as its base.
+
 Env runners count their own sampled steps; ``model_config["num_env_runners"]`` scales that count
 to the global step g (every runner samples at the same rate).
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import nn
 from ray.rllib.algorithms.sac.torch.default_sac_torch_rl_module import DefaultSACTorchRLModule
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.models.base import ENCODER_OUT
@@ -58,6 +63,13 @@ class ResidualSACModule(DefaultSACTorchRLModule):
         self.sees_base = bool(mc.get("residual_sees_base", False))
         self.n_act = int(self.action_space.shape[0])
         self.sampled = 0  # env steps this module has sampled (on an env runner)
+        # a residual of ~0 and small Q values to start from (an env runner's inference-only module
+        # has no critics)
+        heads = [h for h in (self.pi, getattr(self, "qf", None), getattr(self, "qf_twin", None)) if h is not None]
+        for head in heads:
+            last = [m for m in head.modules() if isinstance(m, nn.Linear)][-1]
+            nn.init.orthogonal_(last.weight, gain=0.01)
+            nn.init.zeros_(last.bias)
 
     # -- the decorated policy ------------------------------------------------------------------
     def base_action(self, obs: torch.Tensor) -> torch.Tensor:

@@ -51,6 +51,16 @@ def test_actions_stay_within_alpha_of_the_base(alpha):
     assert (a - base).abs().max() > 0.5 * alpha  # the residual is used (H = 0)
 
 
+def test_an_untrained_residual_acts_as_its_base():
+    m = module(alpha=0.3)
+    obs, base = observations()
+    out = m.forward_inference({Columns.OBS: obs})
+    assert out[RESIDUAL].abs().max() < 0.05  # last layer at gain 0.01: tanh(mean) ~ 0
+    assert (out[Columns.ACTIONS] - base).abs().max() < 0.3 * 0.05
+    q = m.compute_q_values({Columns.OBS: obs, Columns.ACTIONS: base})
+    assert q.abs().max() < 0.05  # the critics start small too
+
+
 def test_progressive_exploration_masks_the_residual():
     m = module(alpha=0.5, H=10_000, runners=2)
     obs, base = observations(512)
