@@ -34,6 +34,7 @@ def training_arrays(demos, pred_horizon: int, obs_horizon: int = 1,
 
 
 def _loop(config: dict[str, Any]) -> None:
+    import ray
     import torch
     from ray import train
 
@@ -42,8 +43,18 @@ def _loop(config: dict[str, Any]) -> None:
 
     torch.set_num_threads(1)
     torch.manual_seed(config["seed"])
-    obs, chunks = (torch.from_numpy(np.asarray(x)) for x in (config["obs"], config["chunks"]))
-    policy = build(config["kind"], **config["hparams"])
+    demos = config["demos"]
+    if isinstance(demos, ray.ObjectRef):  # still being recorded while this worker started
+        demos = ray.get(demos)
+    hp = config["hparams"]
+    obs, chunks = training_arrays(demos, hp["pred_horizon"], config["obs_horizon"])
+    if obs.shape[1] != hp["obs_dim"] or chunks.shape[2] != hp["act_dim"]:
+        raise ValueError(f"demonstrations have obs dim {obs.shape[1]} and action dim {chunks.shape[2]}, the env "
+                         f"{hp['obs_dim']} and {hp['act_dim']}")
+    obs, chunks = torch.from_numpy(obs), torch.from_numpy(chunks)
+    policy = build(config["kind"], **hp)
+    if config["normalize_obs"]:
+        policy.fit_normalizer(obs.numpy())
     if hasattr(policy, "fit_bins"):
         policy.fit_bins(chunks.numpy(), seed=config["seed"])
     model = train.torch.prepare_model(policy)
@@ -51,7 +62,9 @@ def _loop(config: dict[str, Any]) -> None:
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, config["steps"])
     gen = torch.Generator().manual_seed(config["seed"])
     core = model.module if hasattr(model, "module") else model
-    every = max(1, config["steps"] // 50)
+    # the loss curve keeps 50 points; Train hears of 10 of them (a report waits for the
+    # controller's next poll, ~0.1 s here, so 50 of them cost a 200-step smoke base ~4 s)
+    every, report_every = max(1, config["steps"] // 50), max(1, config["steps"] // 10)
     curve = []
     for step in range(1, config["steps"] + 1):
         idx = torch.randint(0, len(obs), (min(config["batch"], len(obs)),), generator=gen)
@@ -62,27 +75,40 @@ def _loop(config: dict[str, Any]) -> None:
         sched.step()
         if step % every == 0 or step == config["steps"]:
             curve.append([step, float(loss)])
-            metrics = {"step": step, "loss": float(loss)}
-            if step == config["steps"] and train.get_context().get_world_rank() == 0:
-                metrics["curve"] = curve
+        metrics = {"step": step, "loss": float(loss)}
+        if step == config["steps"]:
+            metrics["curve"] = curve
+            if train.get_context().get_world_rank() == 0:
                 with tempfile.TemporaryDirectory() as d:
                     save_policy(core, d)
                     train.report(metrics, checkpoint=train.Checkpoint.from_directory(d))
             else:
                 train.report(metrics)
+        elif step % report_every == 0:
+            train.report(metrics)
 
 
-def train_base(kind: str, hparams: dict[str, Any], obs: np.ndarray, chunks: np.ndarray, *, steps: int, batch: int,
-               lr: float, seed: int, storage: Path, name: str) -> tuple[Path, list[list[float]]]:
-    """Train one base policy with a one-worker TorchTrainer; (saved policy directory, loss curve
-    [[step, loss], ...] at 50 points)."""
+def train_base(kind: str, hparams: dict[str, Any], demos, *, obs_dim: int, act_dim: int, obs_horizon: int = 1,
+               steps: int, batch: int, lr: float, seed: int, storage: Path, name: str,
+               normalize_obs: bool = True) -> tuple[Path, list[list[float]]]:
+    """Train one base policy with a one-worker TorchTrainer on the (successful) demonstrations'
+    action chunks (:func:`training_arrays`); (saved policy directory, loss curve [[step, loss],
+    ...] at 50 points).
+
+    ``demos``: :class:`~iclr_ray.rl.store.Demos` or an ObjectRef to them, e.g. of the Ray task
+    still recording them, so the Train run starts meanwhile. ``obs_dim`` is the env's observation
+    size with ``obs_horizon`` frames stacked, ``act_dim`` its action size. ``normalize_obs``: the
+    policy standardises observations with the training set's statistics (``fit_normalizer``)."""
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    full = {"obs_dim": int(obs.shape[1]), "act_dim": int(chunks.shape[2]), "pred_horizon": int(chunks.shape[1]),
-            **hparams}
-    trainer = TorchTrainer(_loop, train_loop_config={"kind": kind, "hparams": full, "obs": obs, "chunks": chunks,
-                                                     "steps": steps, "batch": batch, "lr": lr, "seed": seed},
+    from .base_policies import pred_horizon
+
+    full = {"obs_dim": int(obs_dim), "act_dim": int(act_dim), "pred_horizon": pred_horizon(kind, hparams), **hparams}
+    trainer = TorchTrainer(_loop, train_loop_config={"kind": kind, "hparams": full, "demos": demos,
+                                                     "obs_horizon": obs_horizon, "normalize_obs": normalize_obs,
+                                                     "steps": steps, "batch": batch,
+                                                     "lr": lr, "seed": seed},
                            scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
                            run_config=RunConfig(storage_path=str(storage), name=name))
     result = trainer.fit()

@@ -70,7 +70,9 @@ def test_save_and_load_give_the_same_policy(kind, tmp_path):
     torch.manual_seed(0)
     p = bp.build(kind, obs_dim=3, act_dim=2, **KINDS[kind])
     obs, _ = dataset(8)
+    p.fit_normalizer(obs.numpy() * 5 + 1)  # the statistics are saved with the weights
     q = store.load_policy(store.save_policy(p, tmp_path / kind))
+    assert torch.equal(q.obs_mean, p.obs_mean) and torch.equal(q.obs_std, p.obs_std)
     assert type(q) is type(p) and not any(x.requires_grad for x in q.parameters())
     if kind == "diffusion":
         a = p.act_chunk(obs, generator=torch.Generator().manual_seed(1))
@@ -81,6 +83,30 @@ def test_save_and_load_give_the_same_policy(kind, tmp_path):
     assert torch.allclose(a, b)
     with pytest.raises(DataError, match="no saved base policy"):
         store.load_policy(tmp_path / "nothing")
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_policies_see_standardised_observations(kind):
+    obs, _ = dataset(64)
+    scale, shift = torch.tensor([100.0, 0.01, 2.0]), torch.tensor([5.0, -3.0, 0.0])
+    p = bp.build(kind, obs_dim=3, act_dim=2, **KINDS[kind])
+    p.fit_normalizer(obs.numpy())
+    assert torch.allclose(p.obs_mean, obs.mean(0)) and torch.allclose(p.obs_std, obs.std(0, unbiased=False) + 1e-3)
+    q = bp.build(kind, obs_dim=3, act_dim=2, **KINDS[kind])
+    q.load_state_dict(p.state_dict())
+    p.fit_normalizer(obs.numpy(), eps=0.0)
+    q.fit_normalizer((obs * scale + shift).numpy(), eps=0.0)  # same weights, units 10^4-fold apart
+    p.eval(), q.eval()
+    kw = lambda: {"generator": torch.Generator().manual_seed(0)} if kind == "diffusion" else {}  # noqa: E731
+    with torch.no_grad():
+        a, b = p.act_chunk(obs, **kw()), q.act_chunk(obs * scale + shift, **kw())
+    assert torch.allclose(a, b, atol=1e-3)  # float32 rounding, amplified by DDIM
+    if kind != "zero":  # not the identity: unfitted, the same weights act otherwise on the raw obs
+        r = bp.build(kind, obs_dim=3, act_dim=2, **KINDS[kind])
+        r.load_state_dict({**p.state_dict(), "obs_mean": torch.zeros(3), "obs_std": torch.ones(3)})
+        r.eval()
+        with torch.no_grad():
+            assert not torch.allclose(r.act_chunk(obs * scale + shift, **kw()), b, atol=1e-3)
 
 
 def test_demo_chunks_repeat_the_last_action():
@@ -128,12 +154,20 @@ def test_jerk_and_evaluation():
 
 @pytest.mark.slow
 def test_base_policy_trains_through_ray_train(ray_cluster, tmp_path):
+    import ray
+    import ray.train
+
     from iclr_ray.rl.offline import train_base, training_arrays
 
     demos = record_demos({"suite": "slot", "reward": "sparse"}, scripted_expert, 5, seed=0, noise=0.2)
     obs, chunks = training_arrays(demos, pred_horizon=4)
     assert chunks.shape[1:] == (4, 2) and len(obs) == len(demos.obs) == len(demos.actions)  # one chunk per step
-    path, curve = train_base("diffusion", {"pred_horizon": 4, "act_horizon": 2, "channels": [16, 32], "train_steps": 20},
-                             obs, chunks, steps=60, batch=64, lr=1e-3, seed=0, storage=tmp_path, name="dp")
+    hparams = {"pred_horizon": 4, "act_horizon": 2, "channels": [16, 32], "train_steps": 20}
+    # handed an ObjectRef, as the study hands it the Ray task still recording the demonstrations
+    path, curve = train_base("diffusion", hparams, ray.put(demos), obs_dim=obs.shape[1], act_dim=2, steps=60,
+                             batch=64, lr=1e-3, seed=0, storage=tmp_path, name="dp")
     policy = store.load_policy(path)
     assert isinstance(policy, bp.DiffusionPolicy) and curve[-1][0] == 60 and curve[-1][1] < curve[0][1]
+    with pytest.raises(ray.train.WorkerGroupError, match="obs dim 3 .* the env 5"):  # another env's demos
+        train_base("mlp", {}, demos, obs_dim=5, act_dim=2, steps=5, batch=8, lr=1e-3, seed=0, storage=tmp_path,
+                   name="wrong")

@@ -136,6 +136,21 @@ def test_adroit_door_through_the_registry():
     assert steps == 5 and ret == -5.0 and success is False
 
 
+def test_the_door_planner_opens_the_door_through_the_registry():
+    pytest.importorskip("gymnasium_robotics")
+    from iclr_ray.rl.adroit import DoorPlanner
+    from iclr_ray.rl.rollouts import record_demos
+
+    # one planner for all episodes: it starts over at each reset (without noise it fails on 2 of
+    # seeds 0..49, 4 and 41)
+    demos = record_demos({"suite": "adroit", "id": "door", "reward": "sparse"}, DoorPlanner(), 3, seed=1, noise=0.0)
+    assert demos.success.tolist() == [True, True, True] and demos.seeds.tolist() == [1, 2, 3]
+    assert demos.obs[:, 28].max() >= 1.35 and np.abs(demos.actions).max() <= 1  # obs[28]: the door's hinge angle
+    stalled = record_demos({"suite": "adroit", "id": "door", "reward": "sparse"}, lambda o, env: np.zeros(28), 1,
+                           seed=1, noise=0.0)
+    assert not stalled.success.any()
+
+
 @pytest.mark.slow
 def test_maniskill_pickcube_through_the_registry():
     pytest.importorskip("mani_skill")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from iclr_ray import cli
+from iclr_ray.rl import store
 
 pytest.importorskip("ray.rllib")
 
@@ -83,8 +84,12 @@ def test_input_errors_exit_2_before_ray(tmp_path, input_error):
     assert "demos.path" in input_error("policy_decorator", ["tasks=[{name: a, demos: {source: file}}]"])
     assert "not found" in input_error("policy_decorator",
                                       [f"tasks=[{{name: a, demos: {{source: file, path: {tmp_path / 'none.npz'}}}}}]"])
+    other = store.Demos.from_episodes([(np.zeros((4, 5)), np.zeros((3, 2)))], [0], [True])  # 5-dim observations
+    store.save_demos(other, tmp_path / "other.npz")
+    assert "have obs/action dims 5/2, the env SlotReach 3/2" in input_error(
+        "policy_decorator", [f"tasks=[{{name: a, demos: {{source: file, path: {tmp_path / 'other.npz'}}}}}]"])
     assert "names must be unique" in input_error("policy_decorator", ["variants=[{name: x}, {name: x}]"])
-    assert "no planner for the adroit suite" in input_error("policy_decorator",
-                                                            ["tasks=[{name: d, env: {suite: adroit, id: door}}]"])
+    assert "no planner for Adroit pen here" in input_error("policy_decorator",
+                                                           ["tasks=[{name: d, env: {suite: adroit, id: pen}}]"])
     assert "'tasks.0.env.suite': Input should be" in input_error("policy_decorator",
                                                                  ["tasks=[{name: a, env: {suite: atari}}]"])

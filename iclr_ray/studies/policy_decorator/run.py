@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ...config import ConfigError
+from ...config import ConfigError, DataError
 from .config import Config, Task, Variant
 
 
@@ -30,21 +30,32 @@ def check_planner(task: dict[str, Any]) -> None:
         if not planner_python().is_file():
             raise ConfigError(f"tasks.{task['name']}: ManiSkill's motion planner needs its environment at "
                               f"{planner_python()} (make planner-venv)")
+    elif suite == "adroit":
+        if task["env"]["id"] not in ("door", "AdroitHandDoor-v1"):
+            raise ConfigError(f"tasks.{task['name']}: no planner for Adroit {task['env']['id']} here (only the door "
+                              f"has one); give demos.source = file")
     elif suite != "slot":
         raise ConfigError(f"tasks.{task['name']}: no planner for the {suite} suite here; give demos.source = file")
 
 
 def make_demos(task: dict[str, Any], seed: int, out_dir: str):
-    """Record the task's planner demonstrations (runs as a Ray task): slot's scripted expert with
-    action noise, or ManiSkill's motion-planning solutions replayed to state observations."""
+    """Record the task's planner demonstrations (runs as a Ray task): slot's scripted expert or the
+    Adroit door's scripted planner with action noise, or ManiSkill's motion-planning solutions
+    replayed to state observations."""
     from ...rl.store import load_demos
 
-    if task["env"]["suite"] == "slot":
+    if task["env"]["suite"] in ("slot", "adroit"):
         from ...rl.rollouts import record_demos
-        from ...rl.slot import scripted_expert
 
-        return record_demos(env_config(task, None, seed), scripted_expert, task["demos"]["episodes"], seed,
-                            task["demos"]["noise"])
+        if task["env"]["suite"] == "slot":
+            from ...rl.slot import scripted_expert as planner
+        else:
+            from ...rl.adroit import DoorPlanner
+
+            planner = DoorPlanner()
+        # the planner sees single frames: record without the frame stack (training_arrays stacks)
+        return record_demos({**env_config(task, None, seed), "obs_horizon": 1}, planner, task["demos"]["episodes"],
+                            seed, task["demos"]["noise"])
     from ...rl.maniskill import motion_planning_demos
 
     h5 = motion_planning_demos(task["env"]["id"], task["demos"]["episodes"], Path(out_dir),
@@ -58,6 +69,7 @@ def prepare(cfg: Config) -> dict[str, Any]:
     from ...rl.store import load_demos
 
     out: dict[str, Any] = {}
+    dims: dict[str, tuple[int, int]] = {}
     for t in cfg.tasks:
         td = t.model_dump(mode="json")
         if t.demos.source == "file":
@@ -65,10 +77,19 @@ def prepare(cfg: Config) -> dict[str, Any]:
         else:
             check_planner(td)
         try:
-            make_env(env_config(td, None, 0)).close()
+            env = make_env(env_config(td, None, 0))
         except EnvError as exc:
             raise ConfigError(f"tasks.{t.name}: {exc}") from None
-    return {"demos": out}
+        dims[t.name] = (int(np.prod(env.observation_space.shape)), int(np.prod(env.action_space.shape)))
+        env.close()
+        if t.name in out:
+            d = out[t.name]
+            got = (d.obs.shape[1] * t.env.obs_horizon, d.actions.shape[1])
+            if got != dims[t.name]:
+                raise DataError(f"tasks.{t.name}: the demonstrations in {t.demos.path} have obs/action dims "
+                                f"{got[0] // t.env.obs_horizon}/{got[1]}, the env {t.env.id} "
+                                f"{dims[t.name][0] // t.env.obs_horizon}/{dims[t.name][1]}")
+    return {"demos": out, "dims": dims}
 
 
 def _settings(cfg: Config, task: Task, v: dict[str, Any]):
@@ -157,8 +178,8 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
     from ray import tune
 
     from ...rl import store
-    from ...rl.offline import train_base, training_arrays
-    from ...rl.base_policies import ZeroPolicy, pred_horizon
+    from ...rl.offline import train_base
+    from ...rl.base_policies import ZeroPolicy
     from ...rl.rollouts import evaluate
     from ...sweep.tuner import run_tuner, trial_rows
     from .plots import plot_all
@@ -167,22 +188,26 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
     root = ctx.run_dir.path
     tasks_out: dict[str, Any] = {}
     specs = []
+    # every task's planner demonstrations are recorded at once, each a Ray task; a base policy's
+    # Train run is handed the ObjectRef, so its workers start while the demonstrations are recorded
+    record = ray.remote(num_cpus=1)(make_demos)
+    demo_refs = {t.name: inputs["demos"][t.name] if t.name in inputs["demos"] else
+                 record.remote(t.model_dump(mode="json"), cfg.seed, str(root / "demos" / "planner" / t.name))
+                 for t in cfg.tasks}
     for t in cfg.tasks:
         td = t.model_dump(mode="json")
-        if t.name in inputs["demos"]:
-            demos = inputs["demos"][t.name]
-        else:
-            demos = ray.get(ray.remote(num_cpus=1)(make_demos).remote(td, cfg.seed, str(root / "demos" / "planner")))
+        obs_dim, act_dim = inputs["dims"][t.name]
+        kind = t.base.kind
+        base_dir, base_curve = train_base(kind, t.base.hparams, demo_refs[t.name], obs_dim=obs_dim, act_dim=act_dim,
+                                          obs_horizon=t.env.obs_horizon, steps=t.base.steps, batch=t.base.batch,
+                                          lr=t.base.lr, seed=cfg.seed, storage=root / "base", name=t.name,
+                                          normalize_obs=t.base.normalize_obs)
+        demos = demo_refs[t.name] if isinstance(demo_refs[t.name], store.Demos) else ray.get(demo_refs[t.name])
         store.save_demos(demos, root / "demos" / f"{t.name}.npz")
         print(f"  {t.name}: {len(demos.seeds)} demonstrations, {int(demos.success.sum())} successful", flush=True)
-        kind = t.base.kind
-        horizon = pred_horizon(kind, t.base.hparams)
-        obs, chunks = training_arrays(demos, horizon, t.env.obs_horizon)
-        base_dir, base_curve = train_base(kind, t.base.hparams, obs, chunks, steps=t.base.steps, batch=t.base.batch,
-                                          lr=t.base.lr, seed=cfg.seed, storage=root / "base", name=t.name)
-        zero_dir = store.save_policy(ZeroPolicy(obs_dim=obs.shape[1], act_dim=chunks.shape[2]), root / "base" / f"{t.name}_zero")
+        zero_dir = store.save_policy(ZeroPolicy(obs_dim=obs_dim, act_dim=act_dim), root / "base" / f"{t.name}_zero")
         ev_cfg = {**env_config(td, str(base_dir), cfg.seed), "reward": "sparse"}
-        base_eval = evaluate(ev_cfg, lambda o: o[-chunks.shape[2]:], cfg.eval.seed, cfg.eval.episodes, frames=2)
+        base_eval = evaluate(ev_cfg, lambda o: o[-act_dim:], cfg.eval.seed, cfg.eval.episodes, frames=2)
         ctx.log(task=t.name, what="base", success=base_eval["success"], jerk=base_eval["jerk"])
         print(f"  {t.name}: base {kind} success {base_eval['success']:.2f} on {cfg.eval.episodes} held-out seeds",
               flush=True)
