@@ -194,10 +194,15 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
     demo_refs = {t.name: inputs["demos"][t.name] if t.name in inputs["demos"] else
                  record.remote(t.model_dump(mode="json"), cfg.seed, str(root / "demos" / "planner" / t.name))
                  for t in cfg.tasks}
+    recording = [f"{t.name} ({t.demos.episodes})" for t in cfg.tasks if t.name not in inputs["demos"]]
+    if recording:
+        print(f"  recording planner demonstrations, one Ray task per task: {', '.join(recording)} ...", flush=True)
     for t in cfg.tasks:
         td = t.model_dump(mode="json")
         obs_dim, act_dim = inputs["dims"][t.name]
         kind = t.base.kind
+        print(f"  {t.name}: training the {kind} base through Ray Train ({t.base.steps} steps, once its "
+              f"demonstrations are in) ...", flush=True)
         base_dir, base_curve = train_base(kind, t.base.hparams, demo_refs[t.name], obs_dim=obs_dim, act_dim=act_dim,
                                           obs_horizon=t.env.obs_horizon, steps=t.base.steps, batch=t.base.batch,
                                           lr=t.base.lr, seed=cfg.seed, storage=root / "base", name=t.name,
