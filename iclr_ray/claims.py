@@ -2,12 +2,23 @@
 
 A :class:`Claim` pairs a paper statement with the number this run measured and the bound that
 number must meet. ``holds`` is computed from the comparison, never typed in by hand.
+
+Comparisons allow a relative float tolerance of :data:`REL_TOL` (at least that much absolute), so a
+measured difference that is the bound in decimal arithmetic meets it in binary too: a success rate
+of 0.15 against a base of 0.05 is 0.1 above it, although ``0.15 - 0.05 < 0.1`` in floats. The
+tolerance is nine orders of magnitude below any bound a claim uses, so it never decides a real case.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
+
+REL_TOL = 1e-9
+
+
+def _slack(bound: float) -> float:
+    return REL_TOL * max(1.0, abs(float(bound)))
 
 
 @dataclass(frozen=True)
@@ -21,15 +32,17 @@ class Claim:
 
     @classmethod
     def at_least(cls, id: str, statement: str, measured: float, bound: float, note: str = "") -> "Claim":
-        return cls(id, statement, float(measured), f">= {bound:g}", _finite(measured) and measured >= bound, note)
+        return cls(id, statement, float(measured), f">= {bound:g}", _finite(measured) and measured >= bound - _slack(bound),
+                   note)
 
     @classmethod
     def at_most(cls, id: str, statement: str, measured: float, bound: float, note: str = "") -> "Claim":
-        return cls(id, statement, float(measured), f"<= {bound:g}", _finite(measured) and measured <= bound, note)
+        return cls(id, statement, float(measured), f"<= {bound:g}", _finite(measured) and measured <= bound + _slack(bound),
+                   note)
 
     @classmethod
     def within(cls, id: str, statement: str, measured: float, lo: float, hi: float, note: str = "") -> "Claim":
-        ok = _finite(measured) and lo <= measured <= hi
+        ok = _finite(measured) and lo - _slack(lo) <= measured <= hi + _slack(hi)
         return cls(id, statement, float(measured), f"in [{lo:g}, {hi:g}]", ok, note)
 
     def to_dict(self) -> dict[str, Any]:

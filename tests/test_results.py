@@ -16,6 +16,14 @@ def test_claim_verdicts_follow_the_comparison():
     assert not Claim.at_least("a", "s", float("nan"), 0).holds  # a missing measurement never holds
 
 
+def test_claims_on_their_bound_hold_in_floats_too():
+    assert 0.15 - 0.05 < 0.1 and Claim.at_least("a", "s", 0.15 - 0.05, 0.1).holds
+    assert 0.25 - 0.35 > -0.1 and Claim.at_most("a", "s", 0.25 - 0.35, -0.1).holds
+    assert Claim.within("a", "s", 0.7 - 0.6, 0.1, 0.2).holds and Claim.within("a", "s", 0.1 + 0.2, 0.1, 0.3).holds
+    # the tolerance is relative, far below any real difference
+    assert not Claim.at_least("a", "s", 0.1 - 1e-6, 0.1).holds and not Claim.at_most("a", "s", 1e6 + 1, 1e6).holds
+
+
 def test_claim_json_round_trip_and_table():
     c = Claim.at_most("x", "stmt", float("nan"), 1, note="n")
     d = c.to_dict()

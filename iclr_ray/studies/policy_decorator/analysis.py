@@ -19,11 +19,6 @@ IMPROVES = 0.1
 COLLAPSE = 0.1
 
 
-def gap(a: float, b: float) -> float:
-    """a - b for success rates (fractions of episodes), rounded so that 0.15 - 0.05 is 0.1."""
-    return round(a - b, 9)
-
-
 def curve(metrics: dict[str, Any], task: str, variant: str) -> list[dict[str, Any]] | None:
     for t in metrics["trials"]:
         if t["task"] == task and t["variant"] == variant:
@@ -53,17 +48,17 @@ def claims(metrics: dict[str, Any], cfg=None) -> list[Claim]:
         dec, unb, rl = rows.get((name, "decorator")), rows.get((name, "unbounded")), rows.get((name, "rl_scratch"))
         if dec:
             out.append(Claim.at_least(f"{name}_improves", f"{name}: Policy Decorator improves the frozen base policy",
-                                      gap(dec["final"], base["final"]), IMPROVES,
+                                      dec["final"] - base["final"], IMPROVES,
                                       note=f"final success {dec['final']:.2f} vs base {base['final']:.2f} "
                                            f"(alpha {dec['alpha']:g}, H {dec['H']})"))
             out.append(Claim.at_least(f"{name}_no_early_collapse",
                                       f"{name}: with bounded alpha and progressive exploration it never falls "
-                                      "clearly below the base during training", gap(dec["min"], base["final"]), -COLLAPSE,
+                                      "clearly below the base during training", dec["min"] - base["final"], -COLLAPSE,
                                       note=f"lowest evaluated success {dec['min']:.2f} vs base {base['final']:.2f}"))
         if unb:
             out.append(Claim.at_most(f"{name}_unbounded_collapses",
                                      f"{name}: the unbounded residual (alpha {unb['alpha']:g}, H {unb['H']}) first drops "
-                                     "below the base", gap(unb["min"], base["final"]), -COLLAPSE,
+                                     "below the base", unb["min"] - base["final"], -COLLAPSE,
                                      note=f"lowest evaluated success {unb['min']:.2f} vs base {base['final']:.2f}"))
         if dec and rl:
             ratio = dec["jerk"] / rl["jerk"] if rl["jerk"] > 0 else float("nan")

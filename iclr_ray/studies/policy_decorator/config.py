@@ -113,10 +113,13 @@ DEFAULT_VARIANTS = [Variant(name="decorator"), Variant(name="unbounded", alpha=1
 
 
 class Config(StudyConfig):
-    tasks: list[Task] = Field([Task(name="slot", base=Base(normalize_obs=False), alpha=0.3),
+    tasks: list[Task] = Field([Task(name="slot", demos=Demos(episodes=10),
+                                    base=Base(kind="bet", hparams={"obs_horizon": 1}, steps=2000, normalize_obs=False),
+                                    alpha=0.3),
                                Task(name="push_cube", env=Env(suite="maniskill", id="PushCube-v1", max_episode_steps=100),
                                     demos=Demos(episodes=50),
-                                    base=Base(steps=3000, hparams={"hidden": [256, 256]}, normalize_obs=False),
+                                    base=Base(kind="diffusion", hparams={"channels": [32, 64]}, steps=2000,
+                                              normalize_obs=False),
                                     alpha=0.2, H=5000, env_steps=15_000),
                                Task(name="door", env=Env(suite="adroit", id="door", obs_horizon=2),
                                     demos=Demos(episodes=200, noise=0.1),

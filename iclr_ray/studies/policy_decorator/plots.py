@@ -9,6 +9,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
+
+
+def _steps_axis(ax) -> None:
+    """At most 6 env-step ticks, in thousands (10k, not 10000: full numbers ran together)."""
+    ax.xaxis.set_major_locator(MaxNLocator(6, integer=True))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1000:g}k" if x else "0"))
 
 
 def success_curves(metrics: dict[str, Any]):
@@ -20,7 +27,9 @@ def success_curves(metrics: dict[str, Any]):
             ax.plot(x, [p["success"] for p in t["curve"]], marker="o", ms=3,
                     label=f"{t['variant']} (alpha {t['alpha']:g}, H {t['H']})")
         ax.axhline(metrics["tasks"][name]["base"]["success"], color="k", ls="--", lw=1, label="frozen base")
-        ax.set(xlabel="env steps", ylabel="success rate (held-out seeds)", ylim=(-0.03, 1.03), title=name)
+        ax.set(xlabel="env steps", ylabel="success rate (held-out seeds)", ylim=(-0.03, 1.03),
+               title=f"{name} ({metrics['tasks'][name]['base']['kind']} base)")
+        _steps_axis(ax)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     return fig
@@ -33,6 +42,7 @@ def jerk_curves(metrics: dict[str, Any]):
     for name, task in metrics["tasks"].items():
         ax.axhline(task["base"]["jerk"], ls="--", lw=1, color="k")
     ax.set(xlabel="env steps", ylabel="mean action jerk |a_t - 2a_(t-1) + a_(t-2)|", title="smoothness (dashed: base)")
+    _steps_axis(ax)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return fig
