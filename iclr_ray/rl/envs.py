@@ -11,6 +11,11 @@ An env config is a dict (the ``env_config`` RLlib hands to :func:`make_env` on e
 * ``obs_horizon``: observation frames stacked (1: none);
 * ``base``: a saved base policy directory (``rl.store``) whose action is appended to the
   observation (:class:`BaseActionObs`); None for none;
+* ``residual_chunk``: with a base that executes ``act_horizon`` = k > 1 actions of each chunk, one
+  step of the env is a whole chunk (:class:`ChunkActions`): the action is k actions flattened, the
+  observation carries the base's k planned actions, and the residual adds to all of them at once,
+  as the official Diffusion Policy scripts do (False: one action per env step, as their BeT
+  scripts);
 * ``reward``: ``sparse`` (1 on success, else 0), ``shifted`` (the paper's r - 1: every step costs
   -1, success 0) or ``dense`` (the suite's dense reward, for training an expert);
 * ``seed``: base seed of the episodes (an env runner adds its worker and vector index, so runners
@@ -91,17 +96,52 @@ class ObsHistory(gym.ObservationWrapper):
         return np.concatenate(self.frames).astype(np.float32)
 
 
+class ChunkActions(gym.Wrapper):
+    """One step is k steps of the inner env: the action (k * n,) is k actions of n, executed in
+    order until the episode ends. The reward is the inner rewards' sum, minus 1 once per step when
+    ``shift`` (the official chunked scripts' r - 1 on the summed sparse reward; the inner env's
+    reward should then be sparse); ``info["success"]`` is whether any inner step succeeded and
+    ``info["executed"]`` the (m <= k, n) actions actually executed."""
+
+    def __init__(self, env: gym.Env, k: int, shift: bool = False):
+        super().__init__(env)
+        if k < 1:
+            raise ValueError(f"chunk length must be >= 1, got {k}")
+        self.k, self.shift, self.n = k, shift, env.action_space.shape[0]
+        box = env.action_space
+        self.action_space = gym.spaces.Box(np.tile(box.low, k), np.tile(box.high, k), dtype=np.float32)
+
+    def step(self, action):
+        actions = np.asarray(action, dtype=np.float32).reshape(self.k, self.n)
+        total, success, executed = 0.0, False, []
+        for a in actions:
+            obs, r, term, trunc, info = self.env.step(a)
+            total += float(r)
+            success |= bool(info.get("success", False))
+            executed.append(a)
+            if term or trunc:
+                break
+        return obs, total - (1.0 if self.shift else 0.0), term, trunc, {**info, "success": success,
+                                                                          "executed": np.asarray(executed)}
+
+
 class BaseActionObs(gym.Wrapper):
     """Runs a frozen base policy (action chunks: it plans ``pred_horizon`` actions and executes the
     first ``act_horizon`` before planning again) and appends its next action a_base(s) to the
-    observation. The action given to ``step`` is executed as is (the decorated action)."""
+    observation. The action given to ``step`` is executed as is (the decorated action).
 
-    def __init__(self, env: gym.Env, policy):
+    ``chunk``: the inner env is a :class:`ChunkActions` of the base's ``act_horizon`` actions; the
+    base plans at every step and its ``act_horizon`` actions, flattened, are a_base(s)."""
+
+    def __init__(self, env: gym.Env, policy, chunk: bool = False):
         super().__init__(env)
         import torch
 
-        self.torch, self.policy = torch, policy
+        self.torch, self.policy, self.chunk = torch, policy, chunk
         n = env.action_space.shape[0]
+        if chunk and n != policy.act_horizon * policy.act_dim:
+            raise ValueError(f"a chunked env's actions ({n}) must be the base's act_horizon x act_dim "
+                             f"({policy.act_horizon} x {policy.act_dim})")
         box = env.observation_space
         self.observation_space = gym.spaces.Box(np.concatenate([box.low, -np.ones(n)]).astype(np.float32),
                                                 np.concatenate([box.high, np.ones(n)]).astype(np.float32))
@@ -111,7 +151,8 @@ class BaseActionObs(gym.Wrapper):
         if not self.queue:
             with self.torch.no_grad():
                 chunk = self.policy.act_chunk(self.torch.as_tensor(obs, dtype=self.torch.float32)[None])[0]
-            self.queue.extend(chunk[: self.policy.act_horizon].numpy())
+            chunk = chunk[: self.policy.act_horizon].numpy()
+            self.queue.extend([chunk.reshape(-1)] if self.chunk else chunk)
         return np.asarray(self.queue[0], dtype=np.float32)
 
     def _with_base(self, obs: np.ndarray) -> np.ndarray:
@@ -179,17 +220,36 @@ def _raw(cfg: dict[str, Any]) -> gym.Env:
     raise EnvError(f"unknown env suite {suite!r}; known: {', '.join(SUITES)}")
 
 
+def chunk_length(cfg: dict[str, Any], policy=None) -> int:
+    """How many inner env steps one step of this env config's env is: the base's act_horizon with
+    ``residual_chunk``, else 1."""
+    if not (cfg.get("residual_chunk") and cfg.get("base")):
+        return 1
+    if policy is None:
+        from .store import load_policy
+
+        policy = load_policy(cfg["base"])
+    return int(policy.act_horizon)
+
+
 def make_env(cfg: dict[str, Any] | None = None) -> gym.Env:
     """The wrapped env of an env config (see the module docstring)."""
     cfg = dict(cfg or {})
-    env: gym.Env = ScaleActions(_raw(cfg))
-    env = SuccessReward(env, cfg.get("reward", "shifted"))
-    if int(cfg.get("obs_horizon", 1)) > 1:
-        env = ObsHistory(env, int(cfg["obs_horizon"]))
+    policy = None
     if cfg.get("base"):
         from .store import load_policy
 
-        env = BaseActionObs(env, load_policy(cfg["base"]))
+        policy = load_policy(cfg["base"])
+    k = chunk_length(cfg, policy)
+    reward = cfg.get("reward", "shifted")
+    env: gym.Env = ScaleActions(_raw(cfg))
+    env = SuccessReward(env, "sparse" if k > 1 and reward == "shifted" else reward)
+    if int(cfg.get("obs_horizon", 1)) > 1:
+        env = ObsHistory(env, int(cfg["obs_horizon"]))
+    if k > 1:
+        env = ChunkActions(env, k, shift=reward == "shifted")
+    if policy is not None:
+        env = BaseActionObs(env, policy, chunk=k > 1)
     return env
 
 

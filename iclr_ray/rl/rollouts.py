@@ -33,7 +33,10 @@ def episode(env, act: Act, seed: int, frames: bool = False) -> dict[str, Any]:
         a = np.asarray(act(obs), dtype=np.float32)
         obs, r, term, trunc, info = env.step(a)
         observations.append(obs)
-        actions.append(a)
+        if "executed" in info:  # a chunked env (rl.envs.ChunkActions): the actions it executed
+            actions.extend(info["executed"])
+        else:
+            actions.append(a)
         rewards.append(r)
         success |= bool(info.get("success", False))
         if term or trunc:

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from iclr_ray.rl import base_policies, store
-from iclr_ray.rl.envs import (BaseActionObs, EnvError, ObsHistory, ScaleActions, SeededResets, SuccessReward, make_env,
-                              vulkan_problem)
+from iclr_ray.rl.envs import (BaseActionObs, ChunkActions, EnvError, ObsHistory, ScaleActions, SeededResets,
+                              SuccessReward, chunk_length, make_env, vulkan_problem)
 from iclr_ray.rl.slot import SlotReach, scripted_expert
 
 
@@ -109,6 +109,45 @@ def test_base_action_observation_executes_chunks():
     # 3 of each 4-action chunk are executed, then it plans again
     assert np.allclose(seen, [[0.1, 0], [0.1, 0.1], [0.1, 0.2], [0.2, 0], [0.2, 0.1], [0.2, 0.2], [0.3, 0]])
     assert env.observation_space.shape == (5,)
+
+
+def test_chunked_env_takes_a_whole_chunk_per_step():
+    policy = Counting()  # plans 4 actions of 2, executes 3
+    env = BaseActionObs(ChunkActions(SlotReach(), 3, shift=True), policy, chunk=True)
+    assert env.action_space.shape == (6,) and env.observation_space.shape == (3 + 6,)
+    obs, _ = env.reset(seed=0)
+    assert np.allclose(obs[-6:], [0.1, 0, 0.1, 0.1, 0.1, 0.2])  # a_base(s): the 3 actions, flattened
+    action = np.linspace(-0.3, 0.3, 6).astype(np.float32)
+    obs, r, term, trunc, info = env.step(action)
+    assert np.allclose(info["executed"], action.reshape(3, 2)) and r == -1.0  # sparse sum (0) - 1, once
+    assert np.allclose(obs[-6:], [0.2, 0, 0.2, 0.1, 0.2, 0.2]) and policy.plans == 2  # plans at every step
+    # the chunk is the same three steps the plain env takes
+    plain = SlotReach()
+    plain.reset(seed=0)
+    for a in action.reshape(3, 2):
+        o, *_ = plain.step(a)
+    assert np.allclose(o, obs[:3])
+    with pytest.raises(ValueError, match="act_horizon x act_dim"):
+        BaseActionObs(ChunkActions(SlotReach(), 2), policy, chunk=True)
+
+
+def test_chunked_env_from_the_registry(tmp_path):
+    from iclr_ray.rl.rollouts import evaluate
+
+    policy = base_policies.build("mlp", obs_dim=3, act_dim=2, hidden=(8,), pred_horizon=4, act_horizon=2)
+    path = str(store.save_policy(policy, tmp_path / "p"))
+    cfg = {"suite": "slot", "base": path, "residual_chunk": True, "reward": "shifted"}
+    assert chunk_length(cfg) == 2 and chunk_length({**cfg, "residual_chunk": False}) == 1
+    env = make_env(cfg)
+    assert env.action_space.shape == (4,) and env.observation_space.shape == (7,)
+    env.reset(seed=0)
+    _, r, *_ = env.step(np.zeros(4))
+    assert r == -1.0  # one shift per chunk, not per env step
+    # evaluation counts env steps and the jerk of the executed actions, not of the chunks
+    chunked = evaluate({**cfg, "reward": "sparse"}, lambda o: o[-4:], 7, 2)
+    steps = evaluate({**cfg, "residual_chunk": False, "reward": "sparse"}, lambda o: o[-2:], 7, 2)
+    assert chunked["success"] == steps["success"] and chunked["length"] == steps["length"]
+    assert np.isclose(chunked["jerk"], steps["jerk"]) and chunked["jerk"] > 0
 
 
 def test_saved_base_policy_is_appended_and_seeds_are_recorded(tmp_path):

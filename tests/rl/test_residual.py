@@ -111,14 +111,18 @@ def test_critic_and_target_see_the_summed_action():
 
 
 @pytest.mark.slow
-def test_one_sac_update_on_the_slot_env_and_checkpoint_reload(ray_cluster, tmp_path):
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_one_sac_update_on_the_slot_env_and_checkpoint_reload(ray_cluster, tmp_path, chunk):
+    """chunk 3: a base that executes 3 actions per plan and a residual over whole chunks (6-dim
+    actions, 3 + 6-dim observations)."""
     from iclr_ray.rl import base_policies, store
     from iclr_ray.rl.sac import SACSettings, sac_config
     from iclr_ray.studies.policy_decorator.run import module_actor, reload_actor
 
     torch.manual_seed(0)
-    base = store.save_policy(base_policies.build("mlp", obs_dim=3, act_dim=2, hidden=(16,)), tmp_path / "base")
-    env_cfg = {"suite": "slot", "base": str(base), "reward": "shifted", "seed": 0}
+    base = store.save_policy(base_policies.build("mlp", obs_dim=3, act_dim=2, hidden=(16,), pred_horizon=chunk,
+                                                 act_horizon=chunk), tmp_path / "base")
+    env_cfg = {"suite": "slot", "base": str(base), "reward": "shifted", "seed": 0, "residual_chunk": chunk > 1}
     s = SACSettings(alpha=0.2, H=0, batch=32, learning_starts=64, buffer=2000, hidden=[32, 32], envs_per_runner=2,
                     rollout_fragment=16)
     algo = sac_config(env_cfg, s).build_algo()
@@ -134,7 +138,8 @@ def test_one_sac_update_on_the_slot_env_and_checkpoint_reload(ray_cluster, tmp_p
         assert algo.updates_done == int(s.utd * (g - s.learning_starts)) > 0  # utd per step after learning starts
         assert learned["num_module_steps_trained_lifetime"] == algo.updates_done * s.batch
         algo.save_to_path(str(tmp_path / "ckpt"))
-        obs = np.random.default_rng(0).uniform(-1, 1, size=(20, 5)).astype(np.float32)
+        assert algo.get_module().action_space.shape == (2 * chunk,)
+        obs = np.random.default_rng(0).uniform(-1, 1, size=(20, 3 + 2 * chunk)).astype(np.float32)
         now, reloaded = module_actor(algo.get_module()), reload_actor(tmp_path / "ckpt")
         assert np.allclose([now(o) for o in obs], [reloaded(o) for o in obs])
     finally:

@@ -71,6 +71,10 @@ class Task(Section):
     H: int = Field(10_000, ge=0)
     """the decorator's progressive-exploration horizon (env steps)"""
     env_steps: int = Field(30_000, ge=1)
+    residual_chunk: bool = False
+    """the residual acts on whole action chunks: one SAC step is the base's act_horizon env steps,
+    its action that many actions (what the official Diffusion Policy scripts do; their BeT scripts
+    act per env step). H and learning_starts stay in env steps; utd is per SAC step"""
 
 
 class Variant(Section):
@@ -120,7 +124,7 @@ class Config(StudyConfig):
                                     demos=Demos(episodes=50),
                                     base=Base(kind="diffusion", hparams={"channels": [32, 64]}, steps=2000,
                                               normalize_obs=False),
-                                    alpha=0.2, H=5000, env_steps=15_000),
+                                    residual_chunk=True, alpha=0.2, H=5000, env_steps=15_000),
                                Task(name="door", env=Env(suite="adroit", id="door", obs_horizon=2),
                                     demos=Demos(episodes=200, noise=0.1),
                                     base=Base(steps=6000, hparams={"hidden": [256, 256, 256]}),
@@ -151,27 +155,29 @@ PRESETS = {
     "small": {},
     "paper": {
         # the official scripts' SAC (repo defaults) and the README's per-task (alpha, H, steps) for
-        # Diffusion Policy on state observations; the -v2 ManiSkill2 tasks map to ManiSkill3 ids
+        # Diffusion Policy on state observations; the -v2 ManiSkill2 tasks map to ManiSkill3 ids.
+        # Those scripts count steps of the chunked env (4 env steps each): their H, total steps,
+        # learning_starts (8k) and eval interval (50k) are 4x as many env steps here
         "tasks": [
             {"name": "peg_insertion", "env": {"suite": "maniskill", "id": "PegInsertionSide-v1", "obs_horizon": 2},
              "demos": {"source": "file", "path": "demos/PegInsertionSide-v1.state.pd_ee_delta_pose.h5"},
              "base": {"kind": "diffusion", "hparams": {"pred_horizon": 16, "act_horizon": 4, "ddim_steps": 4},
                       "steps": 100_000, "batch": 1024, "lr": 1e-4},
-             "alpha": 0.1, "H": 30_000, "env_steps": 4_000_000},
+             "residual_chunk": True, "alpha": 0.1, "H": 120_000, "env_steps": 16_000_000},
             {"name": "turn_faucet", "env": {"suite": "maniskill", "id": "TurnFaucet-v1", "obs_horizon": 2},
              "demos": {"source": "file", "path": "demos/TurnFaucet-v1.state.pd_ee_delta_pose.h5"},
              "base": {"kind": "diffusion", "hparams": {"pred_horizon": 16, "act_horizon": 4, "ddim_steps": 4},
                       "steps": 100_000, "batch": 1024, "lr": 1e-4},
-             "alpha": 0.1, "H": 100_000, "env_steps": 2_000_000},
+             "residual_chunk": True, "alpha": 0.1, "H": 400_000, "env_steps": 8_000_000},
             {"name": "door", "env": {"suite": "adroit", "id": "door"},
              "demos": {"source": "file", "path": "minari:D4RL/door/expert-v2"},
              "base": {"kind": "diffusion", "hparams": {"pred_horizon": 16, "act_horizon": 4, "ddim_steps": 4},
                       "steps": 100_000, "batch": 1024, "lr": 1e-4},
-             "alpha": 0.1, "H": 100_000, "env_steps": 1_000_000},
+             "residual_chunk": True, "alpha": 0.1, "H": 400_000, "env_steps": 4_000_000},
         ],
-        "sac": {"gamma": 0.97, "tau": 0.01, "lr": 1e-4, "batch": 1024, "buffer": 1_000_000, "learning_starts": 8000,
+        "sac": {"gamma": 0.97, "tau": 0.01, "lr": 1e-4, "batch": 1024, "buffer": 1_000_000, "learning_starts": 32_000,
                 "utd": 0.25, "hidden": [256, 256, 256], "num_env_runners": 16, "envs_per_runner": 1,
                 "rollout_fragment": 4},
-        "eval": {"every": 50_000, "episodes": 50},
+        "eval": {"every": 200_000, "episodes": 50},
     },
 }

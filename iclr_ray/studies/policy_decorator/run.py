@@ -18,7 +18,7 @@ def env_config(task: dict[str, Any], base_dir: str | None, seed: int) -> dict[st
     e = task["env"]
     return {"suite": e["suite"], "id": e["id"], "max_episode_steps": e["max_episode_steps"], "kwargs": e["kwargs"],
             "control_mode": e["control_mode"], "obs_horizon": e["obs_horizon"], "base": base_dir,
-            "reward": "shifted", "seed": seed}
+            "residual_chunk": task["residual_chunk"], "reward": "shifted", "seed": seed}
 
 
 def check_planner(task: dict[str, Any]) -> None:
@@ -92,12 +92,15 @@ def prepare(cfg: Config) -> dict[str, Any]:
     return {"demos": out, "dims": dims}
 
 
-def _settings(cfg: Config, task: Task, v: dict[str, Any]):
+def _settings(cfg: Config, task: Task, v: dict[str, Any], k: int = 1):
+    """SAC's settings for one trial; ``k``: env steps per SAC step (a chunked residual's chunk
+    length), so H and learning_starts, given in env steps, become SAC steps, and utd is per SAC
+    step (per transition, as the official scripts count it)."""
     from ...rl.sac import SACSettings
 
     s = cfg.sac
-    return SACSettings(alpha=v["alpha"], H=v["H"], gamma=s.gamma, tau=s.tau, lr=s.lr, batch=s.batch, buffer=s.buffer,
-                       learning_starts=s.learning_starts, utd=s.utd, hidden=list(s.hidden),
+    return SACSettings(alpha=v["alpha"], H=v["H"] // k, gamma=s.gamma, tau=s.tau, lr=s.lr, batch=s.batch,
+                       buffer=s.buffer, learning_starts=s.learning_starts // k, utd=s.utd, hidden=list(s.hidden),
                        num_env_runners=s.num_env_runners, envs_per_runner=s.envs_per_runner,
                        rollout_fragment=s.rollout_fragment, seed=cfg.seed)
 
@@ -127,6 +130,7 @@ def trial(config: dict[str, Any], *, cfg_dump: dict[str, Any]) -> None:
     from ray import tune
 
     from ...results import atomic_write_text
+    from ...rl.envs import chunk_length
     from ...rl.rollouts import evaluate
     from ...rl.sac import sac_config
     from ...sweep.tuner import trial_storage_dir
@@ -142,7 +146,8 @@ def trial(config: dict[str, Any], *, cfg_dump: dict[str, Any]) -> None:
         tune.report(json.loads(final.read_text())["last"])
         return
     env_cfg = env_config(task.model_dump(mode="json"), spec["base_dir"], cfg.seed)
-    algo = sac_config(env_cfg, _settings(cfg, task, v)).build_algo()
+    k = chunk_length(env_cfg)  # env steps per SAC step
+    algo = sac_config(env_cfg, _settings(cfg, task, v, k)).build_algo()
     eval_cfg = {**env_cfg, "reward": "sparse"}
     curve, next_eval, sampled = [], 0, 0
     try:
@@ -157,7 +162,9 @@ def trial(config: dict[str, Any], *, cfg_dump: dict[str, Any]) -> None:
             if sampled >= task.env_steps:
                 break
             r = algo.train()
-            sampled = int(r.get("num_env_steps_sampled_lifetime", sampled))
+            # RLlib counts SAC steps; with a chunked residual each is k env steps (fewer only
+            # where an episode ended inside a chunk)
+            sampled = k * int(r.get("num_env_steps_sampled_lifetime", sampled // k))
         ckpt = out_dir / "checkpoint"
         algo.save_to_path(str(ckpt))
     finally:
@@ -178,6 +185,7 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
     from ray import tune
 
     from ...rl import store
+    from ...rl.envs import chunk_length
     from ...rl.offline import train_base
     from ...rl.base_policies import ZeroPolicy
     from ...rl.rollouts import evaluate
@@ -212,7 +220,8 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
         print(f"  {t.name}: {len(demos.seeds)} demonstrations, {int(demos.success.sum())} successful", flush=True)
         zero_dir = store.save_policy(ZeroPolicy(obs_dim=obs_dim, act_dim=act_dim), root / "base" / f"{t.name}_zero")
         ev_cfg = {**env_config(td, str(base_dir), cfg.seed), "reward": "sparse"}
-        base_eval = evaluate(ev_cfg, lambda o: o[-act_dim:], cfg.eval.seed, cfg.eval.episodes, frames=2)
+        n = act_dim * chunk_length(ev_cfg)  # the env's action: a whole chunk with residual_chunk
+        base_eval = evaluate(ev_cfg, lambda o: o[-n:], cfg.eval.seed, cfg.eval.episodes, frames=2)
         ctx.log(task=t.name, what="base", success=base_eval["success"], jerk=base_eval["jerk"])
         print(f"  {t.name}: base {kind} success {base_eval['success']:.2f} on {cfg.eval.episodes} held-out seeds",
               flush=True)
