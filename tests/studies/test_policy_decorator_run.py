@@ -27,7 +27,7 @@ def test_smoke_runs_every_variant_and_checkpoints_reload(ray_cluster, tmp_path):
     assert 0 <= task["base"]["success"] <= 1 and task["base"]["loss"][-1][1] < task["base"]["loss"][0][1]
     for t in m["trials"]:
         steps = [p["env_steps"] for p in t["curve"]]
-        assert steps[0] == 0 and steps[-1] >= 1200 and len(steps) >= 3
+        assert steps[0] == 0 and steps[-1] >= 800 and len(steps) >= 3
     assert {c["id"] for c in result["claims"]} == {"slot_improves", "slot_no_early_collapse", "slot_unbounded_collapses"}
     for name in ("success_curves", "action_jerk", "frames_slot"):
         assert (out / "plots" / f"{name}.png").stat().st_size > 5_000

@@ -147,10 +147,10 @@ class Config(StudyConfig):
 PRESETS = {
     "smoke": {
         "tasks": [{"name": "slot", "demos": {"episodes": 10}, "base": {"steps": 200, "normalize_obs": False},
-                   "env_steps": 1200, "H": 400, "alpha": 0.3}],
+                   "env_steps": 800, "H": 300, "alpha": 0.3}],
         "variants": [{"name": "decorator"}, {"name": "unbounded", "alpha": 1.0, "H": 0}],
         "sac": {"batch": 64, "learning_starts": 200, "hidden": [64, 64], "buffer": 5000, "utd": 0.1},
-        "eval": {"every": 600, "episodes": 10},
+        "eval": {"every": 400, "episodes": 10},
     },
     "small": {},
     "paper": {
