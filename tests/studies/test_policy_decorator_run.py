@@ -93,3 +93,19 @@ def test_input_errors_exit_2_before_ray(tmp_path, input_error):
                                                            ["tasks=[{name: d, env: {suite: adroit, id: pen}}]"])
     assert "'tasks.0.env.suite': Input should be" in input_error("policy_decorator",
                                                                  ["tasks=[{name: a, env: {suite: atari}}]"])
+
+
+def test_a_chunked_residual_counts_sac_steps_from_env_steps():
+    """With residual_chunk each SAC step is k env steps: H and learning_starts, given in env steps,
+    are divided by k; utd stays per SAC step (per transition, as the official script)."""
+    from iclr_ray.studies.policy_decorator.config import Config
+    from iclr_ray.studies.policy_decorator.run import _settings, env_config, resolve
+
+    cfg = Config()
+    push = next(t for t in cfg.tasks if t.name == "push_cube")
+    assert push.residual_chunk and push.base.kind == "diffusion"
+    v = resolve(push, cfg.variants[0])
+    plain, chunked = _settings(cfg, push, v), _settings(cfg, push, v, 4)
+    assert (plain.H, plain.learning_starts) == (5000, 2000) and (chunked.H, chunked.learning_starts) == (1250, 500)
+    assert chunked.utd == plain.utd == 0.25
+    assert env_config(push.model_dump(mode="json"), "b", 0)["residual_chunk"] is True

@@ -1,11 +1,12 @@
 """policy_decorator config. Defaults are the ``small`` preset, three tasks:
 
 * the slot task (a 2-D peg-in-slot stand-in with a sparse success signal and bimodal
-  demonstrations): an MLP base from 20 noisy planner demos, the decorator at alpha 0.3 and H 10k,
-  30k env steps;
+  demonstrations): a Behavior Transformer base from 10 noisy planner demos, the decorator at alpha
+  0.3 and H 10k, 30k env steps;
 * ManiSkill3 PushCube-v1 on the CPU physics backend (state observations, pd_ee_delta_pose, 100
-  steps): an MLP base from 50 motion-planning demos, the decorator at alpha 0.2 and H 5k, 15k env
-  steps;
+  steps): a Diffusion Policy base (U-Net channels 32/64, 8-action chunks of which 4 run, DDIM in 4
+  steps) from 50 motion-planning demos, the decorator over whole 4-action chunks (as the official
+  Diffusion Policy scripts) at alpha 0.2 and H 5k, 15k env steps;
 * Adroit door (gymnasium-robotics, 200 steps): an MLP base on two stacked frames from 200 demos of
   our scripted planner (``rl.adroit``) with N(0, 0.1^2) action noise, the decorator at alpha 0.1
   and H 5k, 10k env steps.
