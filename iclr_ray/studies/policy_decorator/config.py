@@ -175,6 +175,15 @@ PRESETS = {
              "base": {"kind": "diffusion", "hparams": {"pred_horizon": 16, "act_horizon": 4, "ddim_steps": 4},
                       "steps": 100_000, "batch": 1024, "lr": 1e-4},
              "residual_chunk": True, "alpha": 0.1, "H": 400_000, "env_steps": 4_000_000},
+            # a BeT base (the official offline BeT script's defaults: context window 20, 8 clusters,
+            # 4 layers, 4 heads, width 128, batch 2048, lr 1e-4) and the README's BeT row for
+            # StackCube; BeT's residual acts per env step, so these counts are the script's own
+            {"name": "stack_cube_bet", "env": {"suite": "maniskill", "id": "StackCube-v1", "obs_horizon": 20},
+             "demos": {"source": "file", "path": "demos/StackCube-v1.state.pd_ee_delta_pose.h5"},
+             "base": {"kind": "bet", "hparams": {"obs_horizon": 20, "n_bins": 8, "layers": 4, "heads": 4,
+                                                 "d_model": 128},
+                      "steps": 200_000, "batch": 2048, "lr": 1e-4},
+             "alpha": 0.03, "H": 1_000_000, "env_steps": 3_000_000},
         ],
         "sac": {"gamma": 0.97, "tau": 0.01, "lr": 1e-4, "batch": 1024, "buffer": 1_000_000, "learning_starts": 32_000,
                 "utd": 0.25, "hidden": [256, 256, 256], "num_env_runners": 16, "envs_per_runner": 1,
