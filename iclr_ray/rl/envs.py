@@ -100,8 +100,10 @@ class ChunkActions(gym.Wrapper):
     """One step is k steps of the inner env: the action (k * n,) is k actions of n, executed in
     order until the episode ends. The reward is the inner rewards' sum, minus 1 once per step when
     ``shift`` (the official chunked scripts' r - 1 on the summed sparse reward; the inner env's
-    reward should then be sparse); ``info["success"]`` is whether any inner step succeeded and
-    ``info["executed"]`` the (m <= k, n) actions actually executed."""
+    reward should then be sparse); ``info["success"]`` is whether any inner step succeeded,
+    ``info["executed_steps"]`` how many inner steps m <= k ran, and ``info["executed"]`` the (k, n)
+    actions with those m first (zeros after them: infos keep one shape, so a vector env can stack
+    them)."""
 
     def __init__(self, env: gym.Env, k: int, shift: bool = False):
         super().__init__(env)
@@ -113,16 +115,18 @@ class ChunkActions(gym.Wrapper):
 
     def step(self, action):
         actions = np.asarray(action, dtype=np.float32).reshape(self.k, self.n)
-        total, success, executed = 0.0, False, []
+        total, success, m = 0.0, False, 0
         for a in actions:
             obs, r, term, trunc, info = self.env.step(a)
             total += float(r)
             success |= bool(info.get("success", False))
-            executed.append(a)
+            m += 1
             if term or trunc:
                 break
+        executed = np.zeros_like(actions)
+        executed[:m] = actions[:m]
         return obs, total - (1.0 if self.shift else 0.0), term, trunc, {**info, "success": success,
-                                                                          "executed": np.asarray(executed)}
+                                                                          "executed": executed, "executed_steps": m}
 
 
 class BaseActionObs(gym.Wrapper):

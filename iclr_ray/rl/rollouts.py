@@ -34,7 +34,7 @@ def episode(env, act: Act, seed: int, frames: bool = False) -> dict[str, Any]:
         obs, r, term, trunc, info = env.step(a)
         observations.append(obs)
         if "executed" in info:  # a chunked env (rl.envs.ChunkActions): the actions it executed
-            actions.extend(info["executed"])
+            actions.extend(info["executed"][: info["executed_steps"]])
         else:
             actions.append(a)
         rewards.append(r)

@@ -119,7 +119,8 @@ def test_chunked_env_takes_a_whole_chunk_per_step():
     assert np.allclose(obs[-6:], [0.1, 0, 0.1, 0.1, 0.1, 0.2])  # a_base(s): the 3 actions, flattened
     action = np.linspace(-0.3, 0.3, 6).astype(np.float32)
     obs, r, term, trunc, info = env.step(action)
-    assert np.allclose(info["executed"], action.reshape(3, 2)) and r == -1.0  # sparse sum (0) - 1, once
+    assert np.allclose(info["executed"], action.reshape(3, 2)) and info["executed_steps"] == 3
+    assert r == -1.0  # sparse sum (0) - 1, once
     assert np.allclose(obs[-6:], [0.2, 0, 0.2, 0.1, 0.2, 0.2]) and policy.plans == 2  # plans at every step
     # the chunk is the same three steps the plain env takes
     plain = SlotReach()
@@ -129,6 +130,25 @@ def test_chunked_env_takes_a_whole_chunk_per_step():
     assert np.allclose(o, obs[:3])
     with pytest.raises(ValueError, match="act_horizon x act_dim"):
         BaseActionObs(ChunkActions(SlotReach(), 2), policy, chunk=True)
+
+
+def test_a_chunk_cut_short_by_the_episode_end_keeps_the_info_shape():
+    """An episode that ends inside a chunk runs only its first steps; the infos keep one shape,
+    so gymnasium's vector env (RLlib's env runner) can stack them."""
+    env = ChunkActions(SlotReach(max_episode_steps=5), 3)
+    vec = gym.vector.SyncVectorEnv([lambda: ChunkActions(SlotReach(max_episode_steps=5), 3),
+                                    lambda: ChunkActions(SlotReach(max_episode_steps=6), 3)])
+    env.reset(seed=0)
+    vec.reset(seed=0)
+    a = np.full(6, 0.1, np.float32)
+    _, _, _, trunc, info = env.step(a)
+    assert not trunc and info["executed_steps"] == 3
+    _, _, _, trunc, info = env.step(a)  # steps 4 and 5 of 5
+    assert trunc and info["executed_steps"] == 2 and info["executed"].shape == (3, 2)
+    assert np.allclose(info["executed"][2], 0) and np.allclose(info["executed"][:2], 0.1)
+    for _ in range(2):
+        _, _, _, vtrunc, vinfo = vec.step(np.stack([a, a]))
+    assert vtrunc.all() and vinfo["executed_steps"].tolist() == [2, 3]  # (2, 2) beside (3, 2) failed
 
 
 def test_chunked_env_from_the_registry(tmp_path):
