@@ -177,7 +177,8 @@ PRESETS = {
              "residual_chunk": True, "alpha": 0.1, "H": 400_000, "env_steps": 4_000_000},
             # a BeT base (the official offline BeT script's defaults: context window 20, 8 clusters,
             # 4 layers, 4 heads, width 128, batch 2048, lr 1e-4) and the README's BeT row for
-            # StackCube; BeT's residual acts per env step, so these counts are the script's own
+            # StackCube; BeT's residual acts per env step, so H and the steps are the script's own
+            # (but not learning_starts: one setting for all tasks, 4x the script's 8k here)
             {"name": "stack_cube_bet", "env": {"suite": "maniskill", "id": "StackCube-v1", "obs_horizon": 20},
              "demos": {"source": "file", "path": "demos/StackCube-v1.state.pd_ee_delta_pose.h5"},
              "base": {"kind": "bet", "hparams": {"obs_horizon": 20, "n_bins": 8, "layers": 4, "heads": 4,
