@@ -58,7 +58,7 @@ def _loop(config: dict[str, Any]) -> None:
     if hasattr(policy, "fit_bins"):
         policy.fit_bins(chunks.numpy(), seed=config["seed"])
     model = train.torch.prepare_model(policy)
-    opt = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=1e-6)
+    opt = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=config.get("weight_decay", 1e-6))
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, config["steps"])
     gen = torch.Generator().manual_seed(config["seed"])
     core = model.module if hasattr(model, "module") else model
@@ -90,7 +90,7 @@ def _loop(config: dict[str, Any]) -> None:
 
 def train_base(kind: str, hparams: dict[str, Any], demos, *, obs_dim: int, act_dim: int, obs_horizon: int = 1,
                steps: int, batch: int, lr: float, seed: int, storage: Path, name: str,
-               normalize_obs: bool = True) -> tuple[Path, list[list[float]]]:
+               normalize_obs: bool = True, weight_decay: float = 1e-6) -> tuple[Path, list[list[float]]]:
     """Train one base policy with a one-worker TorchTrainer on the (successful) demonstrations'
     action chunks (:func:`training_arrays`); (saved policy directory, loss curve [[step, loss],
     ...] at 50 points).
@@ -98,7 +98,8 @@ def train_base(kind: str, hparams: dict[str, Any], demos, *, obs_dim: int, act_d
     ``demos``: :class:`~iclr_ray.rl.store.Demos` or an ObjectRef to them, e.g. of the Ray task
     still recording them, so the Train run starts meanwhile. ``obs_dim`` is the env's observation
     size with ``obs_horizon`` frames stacked, ``act_dim`` its action size. ``normalize_obs``: the
-    policy standardises observations with the training set's statistics (``fit_normalizer``)."""
+    policy standardises observations with the training set's statistics (``fit_normalizer``);
+    ``weight_decay``: AdamW's (the official Diffusion Policy scripts' 1e-6; their BeT script's 2e-4)."""
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
@@ -108,7 +109,7 @@ def train_base(kind: str, hparams: dict[str, Any], demos, *, obs_dim: int, act_d
     trainer = TorchTrainer(_loop, train_loop_config={"kind": kind, "hparams": full, "demos": demos,
                                                      "obs_horizon": obs_horizon, "normalize_obs": normalize_obs,
                                                      "steps": steps, "batch": batch,
-                                                     "lr": lr, "seed": seed},
+                                                     "lr": lr, "weight_decay": weight_decay, "seed": seed},
                            scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
                            run_config=RunConfig(storage_path=str(storage), name=name))
     result = trainer.fit()

@@ -14,6 +14,7 @@ weight sync are RLlib's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -209,3 +210,25 @@ def sac_config(env_config: dict[str, Any], s: SACSettings):
         .debugging(seed=s.seed)
         .python_environment(extra_python_environs_for_worker=one_thread)
     )
+
+
+def module_actor(module):
+    """The decorated policy's deterministic action for one observation (a_base(s), appended to the
+    observation, plus alpha * tanh(mean) of the residual)."""
+    import torch
+    from ray.rllib.core.columns import Columns
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            out = module.forward_inference({Columns.OBS: torch.as_tensor(obs, dtype=torch.float32)[None]})
+        return out[Columns.ACTIONS][0].numpy()
+
+    return act
+
+
+def reload_actor(checkpoint: str | Path):
+    """The decorated policy from an RLlib checkpoint of a decorated-SAC run (its RLModule alone)."""
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    path = Path(checkpoint) / "learner_group" / "learner" / "rl_module" / "default_policy"
+    return module_actor(RLModule.from_checkpoint(str(path)))

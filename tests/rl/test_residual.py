@@ -116,8 +116,7 @@ def test_one_sac_update_on_the_slot_env_and_checkpoint_reload(ray_cluster, tmp_p
     """chunk 3: a base that executes 3 actions per plan and a residual over whole chunks (6-dim
     actions, 3 + 6-dim observations)."""
     from iclr_ray.rl import base_policies, store
-    from iclr_ray.rl.sac import SACSettings, sac_config
-    from iclr_ray.studies.policy_decorator.run import module_actor, reload_actor
+    from iclr_ray.rl.sac import SACSettings, module_actor, reload_actor, sac_config
 
     torch.manual_seed(0)
     base = store.save_policy(base_policies.build("mlp", obs_dim=3, act_dim=2, hidden=(16,), pred_horizon=chunk,

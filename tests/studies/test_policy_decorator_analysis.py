@@ -22,3 +22,21 @@ def test_claims_hold_on_their_bounds_and_fail_beside_them():
     got = {c.id: c for c in analysis.claims(metrics(0.3, [0.3, 0.15, 0.35], [0.3, 0.2, 1.0], [0.0], (0.2, 0.1, 0.1)))}
     assert not got["t_improves"].holds and not got["t_no_early_collapse"].holds  # +0.05; -0.15
     assert got["t_unbounded_collapses"].holds and not got["t_smoother"].holds  # -0.1 exactly; jerk ratio 2
+
+
+def test_an_expert_s_demonstrations_are_named_in_the_report_and_plotted():
+    from iclr_ray.studies.policy_decorator import plots
+
+    m = metrics(0.3, [0.3, 0.4], [0.3, 0.1], [0.0, 0.0])
+    m["tasks"]["t"].update(demos={"episodes": 4, "successful": 3, "seeds": [0, 1, 2, 3]},
+                           base={"success": 0.3, "jerk": 0.01, "kind": "mlp", "loss": [[1, 0.5], [2, 0.25]]},
+                           env_steps=1000)
+    assert "- t: 4 demonstrations (3 successful, seeds 0..3)" in analysis.report_md(m)
+    assert set(plots.plot_all(m)) == {"success_curves", "action_jerk"}
+    m["tasks"]["t"]["demos"]["expert_curve"] = [{"env_steps": 640, "return": -40.0},
+                                                {"env_steps": 1280, "return": -12.5}]
+    assert ("- t: 4 demonstrations of an expert trained here (1280 env steps of SAC on the dense reward, mean dense "
+            "return -12.50 at the end) (3 successful, seeds 0..3)") in analysis.report_md(m)
+    fig = plots.plot_all(m)["expert_training"]
+    line = fig.axes[0].get_lines()[0]
+    assert list(line.get_xdata()) == [640, 1280] and list(line.get_ydata()) == [-40.0, -12.5]

@@ -15,7 +15,8 @@ pytest.importorskip("ray.rllib")
 @pytest.mark.slow
 def test_smoke_runs_every_variant_and_checkpoints_reload(ray_cluster, tmp_path):
     from iclr_ray.rl.rollouts import evaluate
-    from iclr_ray.studies.policy_decorator.run import env_config, reload_actor
+    from iclr_ray.rl.sac import reload_actor
+    from iclr_ray.studies.policy_decorator.run import env_config
 
     out = tmp_path / "run"
     assert cli.main(["run", "policy_decorator", "--preset", "smoke", "--out", str(out)]) == 0
@@ -89,8 +90,12 @@ def test_input_errors_exit_2_before_ray(tmp_path, input_error):
     assert "have obs/action dims 5/2, the env SlotReach 3/2" in input_error(
         "policy_decorator", [f"tasks=[{{name: a, demos: {{source: file, path: {tmp_path / 'other.npz'}}}}}]"])
     assert "names must be unique" in input_error("policy_decorator", ["variants=[{name: x}, {name: x}]"])
-    assert "no planner for Adroit pen here" in input_error("policy_decorator",
-                                                           ["tasks=[{name: d, env: {suite: adroit, id: pen}}]"])
+    assert "no planner for Adroit pen here (only the door has one); give demos.source = file or expert" in input_error(
+        "policy_decorator", ["tasks=[{name: d, env: {suite: adroit, id: pen}}]"])
+    assert "'tasks.0.demos.source': Input should be 'planner', 'file' or 'expert'" in input_error(
+        "policy_decorator", ["tasks=[{name: d, demos: {source: human}}]"])
+    assert "'tasks.0.sac.lr': Input should be greater than 0" in input_error(
+        "policy_decorator", ["tasks=[{name: d, sac: {lr: 0}}]"])
     assert "'tasks.0.env.suite': Input should be" in input_error("policy_decorator",
                                                                  ["tasks=[{name: a, env: {suite: atari}}]"])
 
@@ -109,3 +114,27 @@ def test_a_chunked_residual_counts_sac_steps_from_env_steps():
     assert (plain.H, plain.learning_starts) == (5000, 2000) and (chunked.H, chunked.learning_starts) == (1250, 500)
     assert chunked.utd == plain.utd == 0.25
     assert env_config(push.model_dump(mode="json"), "b", 0)["residual_chunk"] is True
+
+
+def test_a_task_s_own_sac_values_override_the_shared_section():
+    """The paper preset's BeT tasks: the BeT script's learning_starts (8k env steps) and, on
+    PegInsertion, its lr 3e-4; every other value, and every other task, keeps the shared ``sac``."""
+    from iclr_ray.studies.policy_decorator.config import PRESETS, Config
+    from iclr_ray.studies.policy_decorator.run import _settings, resolve
+
+    cfg = Config.model_validate(PRESETS["paper"])
+    by_name = {t.name: t for t in cfg.tasks}
+    v = cfg.variants[0]
+    peg_bet = _settings(cfg, by_name["peg_insertion_bet"], resolve(by_name["peg_insertion_bet"], v))
+    stack = _settings(cfg, by_name["stack_cube_bet"], resolve(by_name["stack_cube_bet"], v))
+    peg_dp = _settings(cfg, by_name["peg_insertion"], resolve(by_name["peg_insertion"], v), 4)
+    assert (peg_bet.lr, peg_bet.learning_starts, peg_bet.alpha, peg_bet.H) == (3e-4, 8000, 0.3, 8_000_000)
+    assert (stack.lr, stack.learning_starts) == (1e-4, 8000)
+    assert (peg_dp.lr, peg_dp.learning_starts, peg_dp.H) == (1e-4, 32_000 // 4, 120_000 // 4)
+    assert peg_bet.gamma == stack.gamma == peg_dp.gamma == 0.97 and peg_bet.batch == peg_dp.batch == 1024
+    # the BeT script's AdamW weight decay for its bases; the Diffusion Policy's keep 1e-6
+    assert {t.name: t.base.weight_decay for t in cfg.tasks} == {
+        "peg_insertion": 1e-6, "turn_faucet": 1e-6, "door": 1e-6, "stack_cube_bet": 2e-4, "peg_insertion_bet": 2e-4}
+    other = Config.model_validate({"tasks": [{"name": "a", "sac": {"gamma": 0.9, "utd": 1.0, "batch": 32}}]})
+    s = _settings(other, other.tasks[0], resolve(other.tasks[0], other.variants[0]))
+    assert (s.gamma, s.utd, s.batch, s.lr, s.tau) == (0.9, 1.0, 32, other.sac.lr, other.sac.tau)

@@ -80,7 +80,10 @@ def report_md(metrics: dict[str, Any]) -> str:
     lines.append("")
     for name, t in metrics["tasks"].items():
         d = t["demos"]
-        lines.append(f"- {name}: {d['episodes']} demonstrations ({d['successful']} successful, seeds "
+        expert = d.get("expert_curve")
+        source = (f" of an expert trained here ({expert[-1]['env_steps']} env steps of SAC on the dense reward, "
+                  f"mean dense return {expert[-1]['return']:.2f} at the end)" if expert else "")
+        lines.append(f"- {name}: {d['episodes']} demonstrations{source} ({d['successful']} successful, seeds "
                      f"{d['seeds'][0]}..{d['seeds'][-1]}); base `{t['base']['kind']}` final BC loss "
                      f"{t['base']['loss'][-1][1]:.4f}.")
     return "\n".join(lines)

@@ -34,13 +34,19 @@ class Env(Section):
 
 
 class Demos(Section):
-    source: Literal["planner", "file"] = "planner"
-    """planner: record the task's planner (slot: its scripted expert) here; file: load ``path``"""
+    source: Literal["planner", "file", "expert"] = "planner"
+    """planner: record the task's planner (slot: its scripted expert; ManiSkill: its motion planner;
+    the Adroit door: ``rl.adroit``) here; file: load ``path``; expert: train SAC from scratch on
+    the env's dense reward here for ``expert_steps`` env steps (the ``sac`` section's settings,
+    alpha 1, H 0) and record its deterministic policy (``rl.expert``), for tasks with neither"""
     path: Optional[str] = None
     """.npz, a ManiSkill .h5 or minari:<id>"""
     episodes: int = Field(20, ge=1)
     noise: float = Field(0.5, ge=0)
-    """std of the Gaussian noise added to the planner's actions (the recorded, executed actions)"""
+    """std of the Gaussian noise added to the planner's (or expert's) actions (the recorded,
+    executed actions)"""
+    expert_steps: int = Field(100_000, ge=1)
+    """env steps of the expert's SAC training (source = expert)"""
 
     @model_validator(mode="after")
     def _path(self):
@@ -56,10 +62,24 @@ class Base(Section):
     steps: int = Field(2000, ge=1)
     batch: int = Field(256, ge=1)
     lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(1e-6, ge=0)
+    """AdamW's (the official Diffusion Policy scripts' 1e-6; their BeT script's 2e-4)"""
     normalize_obs: bool = True
     """standardise observations with the demonstrations' mean and std (on the Adroit door: 0.68
     base success against 0.06 on raw observations); the slot and PushCube bases of ``small`` were
     measured without it"""
+
+
+class TaskSAC(Section):
+    """Per-task SAC settings over the shared ``sac`` section (None: the shared value), as the
+    official scripts set some per task (lr 3e-4 for BeT on PegInsertion/TurnFaucet, gamma 0.9 for
+    PushChair, learning_starts 8k per env step for the BeT scripts)."""
+    gamma: Optional[float] = Field(None, gt=0, le=1)
+    lr: Optional[float] = Field(None, gt=0)
+    learning_starts: Optional[int] = Field(None, ge=0)
+    """env steps"""
+    utd: Optional[float] = Field(None, gt=0)
+    batch: Optional[int] = Field(None, ge=1)
 
 
 class Task(Section):
@@ -72,6 +92,7 @@ class Task(Section):
     H: int = Field(10_000, ge=0)
     """the decorator's progressive-exploration horizon (env steps)"""
     env_steps: int = Field(30_000, ge=1)
+    sac: TaskSAC = TaskSAC()
     residual_chunk: bool = False
     """the residual acts on whole action chunks: one SAC step is the base's act_horizon env steps,
     its action that many actions (what the official Diffusion Policy scripts do; their BeT scripts
@@ -175,16 +196,24 @@ PRESETS = {
              "base": {"kind": "diffusion", "hparams": {"pred_horizon": 16, "act_horizon": 4, "ddim_steps": 4},
                       "steps": 100_000, "batch": 1024, "lr": 1e-4},
              "residual_chunk": True, "alpha": 0.1, "H": 400_000, "env_steps": 4_000_000},
-            # a BeT base (the official offline BeT script's defaults: context window 20, 8 clusters,
-            # 4 layers, 4 heads, width 128, batch 2048, lr 1e-4) and the README's BeT row for
-            # StackCube; BeT's residual acts per env step, so H and the steps are the script's own
-            # (but not learning_starts: one setting for all tasks, 4x the script's 8k here)
+            # BeT bases (the official offline BeT script's defaults: context window 20, 8 clusters,
+            # 4 layers, 4 heads, width 128, batch 2048, lr 1e-4, weight decay 2e-4) and the README's BeT rows for
+            # StackCube and PegInsertion; BeT's residual acts per env step, so H, the steps and
+            # learning_starts (8k) are the script's own; its SAC lr is 3e-4 on PegInsertion
             {"name": "stack_cube_bet", "env": {"suite": "maniskill", "id": "StackCube-v1", "obs_horizon": 20},
              "demos": {"source": "file", "path": "demos/StackCube-v1.state.pd_ee_delta_pose.h5"},
              "base": {"kind": "bet", "hparams": {"obs_horizon": 20, "n_bins": 8, "layers": 4, "heads": 4,
                                                  "d_model": 128},
-                      "steps": 200_000, "batch": 2048, "lr": 1e-4},
+                      "steps": 200_000, "batch": 2048, "lr": 1e-4, "weight_decay": 2e-4},
+             "sac": {"learning_starts": 8000},
              "alpha": 0.03, "H": 1_000_000, "env_steps": 3_000_000},
+            {"name": "peg_insertion_bet", "env": {"suite": "maniskill", "id": "PegInsertionSide-v1", "obs_horizon": 20},
+             "demos": {"source": "file", "path": "demos/PegInsertionSide-v1.state.pd_ee_delta_pose.h5"},
+             "base": {"kind": "bet", "hparams": {"obs_horizon": 20, "n_bins": 8, "layers": 4, "heads": 4,
+                                                 "d_model": 128},
+                      "steps": 200_000, "batch": 2048, "lr": 1e-4, "weight_decay": 2e-4},
+             "sac": {"learning_starts": 8000, "lr": 3e-4},
+             "alpha": 0.3, "H": 8_000_000, "env_steps": 10_000_000},
         ],
         "sac": {"gamma": 0.97, "tau": 0.01, "lr": 1e-4, "batch": 1024, "buffer": 1_000_000, "learning_starts": 32_000,
                 "utd": 0.25, "hidden": [256, 256, 256], "num_env_runners": 16, "envs_per_runner": 1,

@@ -1,5 +1,6 @@
 """Figures for policy_decorator: success rate over env steps per variant (the base as a line),
-action jerk, and a frame strip of the base policy on the first evaluation seed."""
+action jerk, a frame strip of the base policy on the first evaluation seed, and the training curve
+of an expert trained for demonstrations (where a task has one)."""
 from __future__ import annotations
 
 from typing import Any
@@ -59,8 +60,28 @@ def frame_strip(frames: list, title: str):
     return fig
 
 
+def expert_curves(metrics: dict[str, Any]):
+    """Mean dense return over env steps of each task's expert (tasks with demos.source = expert), or
+    None when no task has one."""
+    curves = {n: t["demos"]["expert_curve"] for n, t in metrics["tasks"].items() if t["demos"].get("expert_curve")}
+    if not curves:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for name, curve in curves.items():
+        ax.plot([p["env_steps"] for p in curve], [p["return"] for p in curve], marker="o", ms=3, label=name)
+    ax.set(xlabel="env steps", ylabel="mean dense return (last 20 episodes)",
+           title="experts for the demonstrations: SAC from scratch")
+    _steps_axis(ax)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return fig
+
+
 def plot_all(metrics: dict[str, Any]) -> dict[str, Any]:
     figs = {"success_curves": success_curves(metrics), "action_jerk": jerk_curves(metrics)}
+    expert = expert_curves(metrics)
+    if expert is not None:
+        figs["expert_training"] = expert
     for name, t in metrics["tasks"].items():
         if t.get("frames"):
             figs[f"frames_{name}"] = frame_strip(t["frames"], f"{name}: frozen base, first evaluation seed")

@@ -33,17 +33,32 @@ def check_planner(task: dict[str, Any]) -> None:
     elif suite == "adroit":
         if task["env"]["id"] not in ("door", "AdroitHandDoor-v1"):
             raise ConfigError(f"tasks.{task['name']}: no planner for Adroit {task['env']['id']} here (only the door "
-                              f"has one); give demos.source = file")
+                              f"has one); give demos.source = file or expert")
     elif suite != "slot":
-        raise ConfigError(f"tasks.{task['name']}: no planner for the {suite} suite here; give demos.source = file")
+        raise ConfigError(f"tasks.{task['name']}: no planner for the {suite} suite here; give demos.source = file "
+                          f"or expert")
 
 
-def make_demos(task: dict[str, Any], seed: int, out_dir: str):
-    """Record the task's planner demonstrations (runs as a Ray task): slot's scripted expert or the
-    Adroit door's scripted planner with action noise, or ManiSkill's motion-planning solutions
-    replayed to state observations."""
+def make_demos(task: dict[str, Any], seed: int, out_dir: str, sac=None):
+    """Record the task's demonstrations (runs as a Ray task with two returns: the demonstrations and
+    a dict with the expert's training curve, if any). ``demos.source`` planner: slot's scripted
+    expert or the Adroit door's scripted planner with action noise, or ManiSkill's motion-planning
+    solutions replayed to state observations; expert: SAC trained here on the dense reward with
+    ``sac`` (a :class:`~iclr_ray.rl.sac.SACSettings`), then recorded with action noise."""
     from ...rl.store import load_demos
 
+    d = task["demos"]
+    if d["source"] == "expert":
+        from ...rl.expert import expert_demos
+
+        demos, curve = expert_demos(env_config(task, None, seed), sac, d["expert_steps"], d["episodes"], seed,
+                                    d["noise"], Path(out_dir) / "expert",
+                                    log=lambda m: print(f"  {task['name']}: {m}", flush=True))
+        if not demos.success.any():  # behaviour cloning learns from successful episodes only
+            raise RuntimeError(f"tasks.{task['name']}: none of the {d['episodes']} episodes of the expert trained for "
+                               f"{d['expert_steps']} env steps succeeded (last mean dense return "
+                               f"{curve[-1]['return'] if curve else float('nan'):.2f}); raise demos.expert_steps")
+        return demos, {"expert_curve": curve}
     if task["env"]["suite"] in ("slot", "adroit"):
         from ...rl.rollouts import record_demos
 
@@ -54,13 +69,12 @@ def make_demos(task: dict[str, Any], seed: int, out_dir: str):
 
             planner = DoorPlanner()
         # the planner sees single frames: record without the frame stack (training_arrays stacks)
-        return record_demos({**env_config(task, None, seed), "obs_horizon": 1}, planner, task["demos"]["episodes"],
-                            seed, task["demos"]["noise"])
+        return record_demos({**env_config(task, None, seed), "obs_horizon": 1}, planner, d["episodes"], seed,
+                            d["noise"]), {}
     from ...rl.maniskill import motion_planning_demos
 
-    h5 = motion_planning_demos(task["env"]["id"], task["demos"]["episodes"], Path(out_dir),
-                               task["env"]["control_mode"])
-    return load_demos(h5)
+    h5 = motion_planning_demos(task["env"]["id"], d["episodes"], Path(out_dir), task["env"]["control_mode"])
+    return load_demos(h5), {}
 
 
 def prepare(cfg: Config) -> dict[str, Any]:
@@ -74,7 +88,7 @@ def prepare(cfg: Config) -> dict[str, Any]:
         td = t.model_dump(mode="json")
         if t.demos.source == "file":
             out[t.name] = load_demos(t.demos.path)  # DataError (exit 2) when missing or malformed
-        else:
+        elif t.demos.source == "planner":
             check_planner(td)
         try:
             env = make_env(env_config(td, None, 0))
@@ -93,35 +107,22 @@ def prepare(cfg: Config) -> dict[str, Any]:
 
 
 def _settings(cfg: Config, task: Task, v: dict[str, Any], k: int = 1):
-    """SAC's settings for one trial; ``k``: env steps per SAC step (a chunked residual's chunk
-    length), so H and learning_starts, given in env steps, become SAC steps, and utd is per SAC
-    step (per transition, as the official scripts count it)."""
+    """SAC's settings for one trial: the ``sac`` section with the task's own ``sac`` values over it;
+    ``k``: env steps per SAC step (a chunked residual's chunk length), so H and learning_starts,
+    given in env steps, become SAC steps, and utd is per SAC step (per transition, as the official
+    scripts count it)."""
     from ...rl.sac import SACSettings
 
-    s = cfg.sac
-    return SACSettings(alpha=v["alpha"], H=v["H"] // k, gamma=s.gamma, tau=s.tau, lr=s.lr, batch=s.batch,
-                       buffer=s.buffer, learning_starts=s.learning_starts // k, utd=s.utd, hidden=list(s.hidden),
-                       num_env_runners=s.num_env_runners, envs_per_runner=s.envs_per_runner,
-                       rollout_fragment=s.rollout_fragment, seed=cfg.seed)
+    s = cfg.sac.model_dump() | {key: val for key, val in task.sac.model_dump().items() if val is not None}
+    return SACSettings(alpha=v["alpha"], H=v["H"] // k, gamma=s["gamma"], tau=s["tau"], lr=s["lr"], batch=s["batch"],
+                       buffer=s["buffer"], learning_starts=s["learning_starts"] // k, utd=s["utd"],
+                       hidden=list(s["hidden"]), num_env_runners=s["num_env_runners"],
+                       envs_per_runner=s["envs_per_runner"], rollout_fragment=s["rollout_fragment"], seed=cfg.seed)
 
 
 def resolve(task: Task, v: Variant) -> dict[str, Any]:
     return {"name": v.name, "alpha": task.alpha if v.alpha is None else v.alpha, "H": task.H if v.H is None else v.H,
             "base": v.base}
-
-
-def module_actor(module):
-    """The decorated policy's deterministic action for one observation."""
-    import torch
-
-    from ray.rllib.core.columns import Columns
-
-    def act(obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            out = module.forward_inference({Columns.OBS: torch.as_tensor(obs, dtype=torch.float32)[None]})
-        return out[Columns.ACTIONS][0].numpy()
-
-    return act
 
 
 def trial(config: dict[str, Any], *, cfg_dump: dict[str, Any]) -> None:
@@ -132,7 +133,7 @@ def trial(config: dict[str, Any], *, cfg_dump: dict[str, Any]) -> None:
     from ...results import atomic_write_text
     from ...rl.envs import chunk_length
     from ...rl.rollouts import evaluate
-    from ...rl.sac import sac_config
+    from ...rl.sac import module_actor, sac_config
     from ...sweep.tuner import trial_storage_dir
 
     torch.set_num_threads(1)
@@ -172,14 +173,6 @@ def trial(config: dict[str, Any], *, cfg_dump: dict[str, Any]) -> None:
     atomic_write_text(final, json.dumps({"last": curve[-1], "curve": curve, "checkpoint": str(ckpt)}))
 
 
-def reload_actor(checkpoint: str | Path):
-    """The decorated policy from an RLlib checkpoint of a trial (its RLModule alone)."""
-    from ray.rllib.core.rl_module.rl_module import RLModule
-
-    path = Path(checkpoint) / "learner_group" / "learner" / "rl_module" / "default_policy"
-    return module_actor(RLModule.from_checkpoint(str(path)))
-
-
 def run(cfg: Config, ctx) -> dict[str, Any]:
     import ray
     from ray import tune
@@ -196,15 +189,21 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
     root = ctx.run_dir.path
     tasks_out: dict[str, Any] = {}
     specs = []
-    # every task's planner demonstrations are recorded at once, each a Ray task; a base policy's
-    # Train run is handed the ObjectRef, so its workers start while the demonstrations are recorded
-    record = ray.remote(num_cpus=1)(make_demos)
-    demo_refs = {t.name: inputs["demos"][t.name] if t.name in inputs["demos"] else
-                 record.remote(t.model_dump(mode="json"), cfg.seed, str(root / "demos" / "planner" / t.name))
-                 for t in cfg.tasks}
-    recording = [f"{t.name} ({t.demos.episodes})" for t in cfg.tasks if t.name not in inputs["demos"]]
+    # every task's planner (or expert) demonstrations are recorded at once, each a Ray task; a base
+    # policy's Train run is handed the ObjectRef, so its workers start while they are recorded
+    record = ray.remote(num_cpus=1, num_returns=2)(make_demos)
+    demo_refs, info_refs = {}, {}
+    for t in cfg.tasks:
+        if t.name in inputs["demos"]:
+            demo_refs[t.name] = inputs["demos"][t.name]
+        else:
+            sac = _settings(cfg, t, {"alpha": 1.0, "H": 0}) if t.demos.source == "expert" else None
+            demo_refs[t.name], info_refs[t.name] = record.remote(t.model_dump(mode="json"), cfg.seed,
+                                                                 str(root / "demos" / t.demos.source / t.name), sac)
+    recording = [f"{t.name} ({t.demos.episodes}{', expert first' if t.demos.source == 'expert' else ''})"
+                 for t in cfg.tasks if t.name not in inputs["demos"]]
     if recording:
-        print(f"  recording planner demonstrations, one Ray task per task: {', '.join(recording)} ...", flush=True)
+        print(f"  recording demonstrations, one Ray task per task: {', '.join(recording)} ...", flush=True)
     for t in cfg.tasks:
         td = t.model_dump(mode="json")
         obs_dim, act_dim = inputs["dims"][t.name]
@@ -214,7 +213,7 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
         base_dir, base_curve = train_base(kind, t.base.hparams, demo_refs[t.name], obs_dim=obs_dim, act_dim=act_dim,
                                           obs_horizon=t.env.obs_horizon, steps=t.base.steps, batch=t.base.batch,
                                           lr=t.base.lr, seed=cfg.seed, storage=root / "base", name=t.name,
-                                          normalize_obs=t.base.normalize_obs)
+                                          normalize_obs=t.base.normalize_obs, weight_decay=t.base.weight_decay)
         demos = demo_refs[t.name] if isinstance(demo_refs[t.name], store.Demos) else ray.get(demo_refs[t.name])
         store.save_demos(demos, root / "demos" / f"{t.name}.npz")
         print(f"  {t.name}: {len(demos.seeds)} demonstrations, {int(demos.success.sum())} successful", flush=True)
@@ -231,6 +230,8 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
                                       **{k: base_eval[k] for k in ("success", "jerk", "return", "length")}},
                              "frames": np.asarray(base_eval["frames"]).tolist() if base_eval["frames"] else [],
                              "env_steps": t.env_steps}
+        if t.name in info_refs:
+            tasks_out[t.name]["demos"].update(ray.get(info_refs[t.name]))
         for v in cfg.variants:
             rv = resolve(t, v)
             specs.append({"task": t.name, "variant": rv, "base_dir": str(base_dir if v.base else zero_dir),

@@ -1,0 +1,74 @@
+"""Demonstrations from an expert trained here, for tasks with neither a planner nor demonstration
+files: SAC from scratch on the env's dense reward (RLlib, the same :class:`~iclr_ray.rl.sac.DecoratedSAC`
+as the residual runs, on a zero base with alpha 1 and H 0, i.e. plain SAC), whose deterministic
+policy is then recorded with action noise by :func:`~iclr_ray.rl.rollouts.record_demos`, seeds
+and all. The expert sees single frames (``obs_horizon`` 1), as the planners do."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .sac import SACSettings
+
+
+def expert_env_config(env_config: dict[str, Any], zero_base: str | None) -> dict[str, Any]:
+    """The env an expert trains on: the task's env with the dense reward, one frame, one action per
+    step, and the zero base whose (zero) action the residual module reads from the observation."""
+    return {**env_config, "reward": "dense", "obs_horizon": 1, "residual_chunk": False, "base": zero_base}
+
+
+def train_expert(env_config: dict[str, Any], settings: SACSettings, env_steps: int, work_dir: str | Path,
+                 log: Callable[[str], None] = print, log_every: int = 10) -> tuple[Callable, list[dict[str, float]]]:
+    """SAC from scratch on the dense reward of ``env_config``'s env for ``env_steps`` env steps.
+
+    Returns (act, curve): ``act(obs, env=None)`` is the expert's deterministic action for one
+    single-frame observation of the task's env (the planner signature of ``record_demos``), and
+    ``curve`` the training's [{"env_steps", "return"}] (mean dense return of the last 20 episodes),
+    one point every ``log_every`` iterations. The RLlib checkpoint is saved in
+    ``work_dir/checkpoint``."""
+    from .base_policies import ZeroPolicy
+    from .envs import make_env
+    from .sac import module_actor, sac_config
+    from .store import save_policy
+
+    work = Path(work_dir)
+    probe = make_env(expert_env_config(env_config, None))
+    obs_dim, act_dim = int(np.prod(probe.observation_space.shape)), int(np.prod(probe.action_space.shape))
+    probe.close()
+    zero = save_policy(ZeroPolicy(obs_dim=obs_dim, act_dim=act_dim), work / "zero_base")
+    algo = sac_config(expert_env_config(env_config, str(zero)), replace(settings, alpha=1.0, H=0)).build_algo()
+    curve: list[dict[str, float]] = []
+    try:
+        sampled, it = 0, 0
+        while sampled < env_steps:
+            r = algo.train()
+            it += 1
+            sampled = int(r.get("num_env_steps_sampled_lifetime", sampled))
+            ret = r.get("env_runners", {}).get("episode_return_mean")  # nan until an episode ended
+            if ret is not None and np.isfinite(ret) and (it % log_every == 0 or sampled >= env_steps):
+                curve.append({"env_steps": sampled, "return": float(ret)})
+                log(f"expert: {sampled}/{env_steps} env steps, mean dense return {float(ret):.2f}")
+        algo.save_to_path(str(work / "checkpoint"))
+        module_act = module_actor(algo.get_module())
+    finally:
+        algo.stop()
+    zeros = np.zeros(act_dim, np.float32)
+
+    def act(obs: np.ndarray, env=None) -> np.ndarray:
+        return module_act(np.concatenate([np.asarray(obs, np.float32).reshape(-1), zeros]))
+
+    return act, curve
+
+
+def expert_demos(env_config: dict[str, Any], settings: SACSettings, env_steps: int, episodes: int, seed: int,
+                 noise: float, work_dir: str | Path, log: Callable[[str], None] = print):
+    """Train an expert (:func:`train_expert`) and record ``episodes`` of it on seeds seed, seed + 1,
+    ... with N(0, noise^2) action noise; (Demos, training curve)."""
+    from .rollouts import record_demos
+
+    act, curve = train_expert(env_config, settings, env_steps, work_dir, log=log)
+    record_cfg = {**env_config, "obs_horizon": 1, "residual_chunk": False, "base": None}
+    return record_demos(record_cfg, act, episodes, seed, noise), curve
