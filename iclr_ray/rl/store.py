@@ -132,17 +132,24 @@ def _load_maniskill_h5(path: Path) -> Demos:
 
 
 def _load_minari(dataset_id: str) -> Demos:
+    """A Minari dataset by id (looked up under ``MINARI_DATASETS_PATH``, by default
+    ``~/.minari/datasets``; ``minari download <id>`` puts it there). Each episode's reset seed
+    comes from the dataset's episode metadata (the episode id where none was recorded); an episode
+    succeeded if its ``success`` info was true at any step (else if it terminated)."""
     try:
         import minari
     except ImportError:
-        raise DataError("reading Minari demonstrations needs the minari package") from None
+        raise DataError("reading Minari demonstrations needs the minari package (pip install minari)") from None
     try:
         ds = minari.load_dataset(dataset_id)
     except Exception as exc:  # noqa: BLE001 (minari raises several kinds for a missing data set)
         raise DataError(f"Minari dataset {dataset_id!r} cannot be loaded here ({exc})") from None
-    episodes, seeds, success = [], [], []
+    episodes, ids, success = [], [], []
     for ep in ds.iterate_episodes():
         episodes.append((np.asarray(ep.observations), np.asarray(ep.actions)))
-        seeds.append(int(ep.id))
-        success.append(bool(np.any(ep.infos.get("success", ep.terminations))) if hasattr(ep, "infos") else True)
+        ids.append(int(ep.id))
+        infos = ep.infos if isinstance(ep.infos, dict) else {}
+        success.append(bool(np.any(infos["success"] if "success" in infos else ep.terminations)))
+    meta = list(ds.storage.get_episode_metadata(ids))
+    seeds = [int(m["seed"]) if m.get("seed") is not None else i for i, m in zip(ids, meta)]
     return Demos.from_episodes(episodes, seeds, success)

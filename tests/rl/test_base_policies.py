@@ -145,6 +145,41 @@ def test_recorded_demos_keep_their_seeds(tmp_path):
             store.load_demos(bad)
 
 
+def test_minari_demos_load_with_their_seeds(tmp_path, monkeypatch):
+    """A Minari dataset written here (the format of D4RL's Adroit data sets on Minari) reads back as
+    its episodes, with the reset seeds of the episode metadata and success from the infos."""
+    minari = pytest.importorskip("minari")
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+
+    from iclr_ray.rl.envs import make_env
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    env = make_env({"suite": "slot", "reward": "sparse"})
+    buffers, recorded = [], []
+    for i, seed in enumerate((11, 12, 13)):
+        o, info = env.reset(seed=seed)
+        obs, actions, rewards, terms, truncs, ok = [o], [], [], [], [], [info["success"]]
+        while True:
+            a = scripted_expert(o) if i < 2 else np.zeros(2, np.float32)  # the last one stands still
+            o, r, term, trunc, info = env.step(a)
+            obs.append(o), actions.append(a), rewards.append(r), terms.append(term), truncs.append(trunc)
+            ok.append(info["success"])
+            if term or trunc:
+                break
+        recorded.append((np.asarray(obs), np.asarray(actions), any(ok)))
+        buffers.append(EpisodeBuffer(id=i, seed=seed, observations=np.asarray(obs), actions=np.asarray(actions),
+                                     rewards=rewards, terminations=terms, truncations=truncs,
+                                     infos={"success": np.asarray(ok)}))
+    minari.create_dataset_from_buffers("iclr_ray/slot/planner-v0", buffers, env=env, algorithm_name="planner")
+    demos = store.load_demos("minari:iclr_ray/slot/planner-v0")
+    assert demos.seeds.tolist() == [11, 12, 13]
+    assert demos.success.tolist() == [r[2] for r in recorded] == [True, True, False]
+    for (obs, actions), (o_rec, a_rec, _) in zip(demos.episodes(), recorded):
+        assert np.allclose(obs, o_rec[:-1]) and np.allclose(actions, a_rec)  # one observation per action
+    with pytest.raises(DataError, match="Minari dataset 'iclr_ray/slot/none-v0' cannot be loaded here"):
+        store.load_demos("minari:iclr_ray/slot/none-v0")
+
+
 def test_jerk_and_evaluation():
     assert action_jerk(np.array([[0.0], [1.0], [2.0], [3.0]])) == 0.0  # constant velocity: no jerk
     assert action_jerk(np.array([[0.0], [1.0], [0.0]])) == 2.0
