@@ -24,8 +24,8 @@ def test_smoke_runs_every_variant_and_checkpoints_reload(ray_cluster, tmp_path):
     m = result["metrics"]
     assert [t["variant"] for t in m["trials"]] == ["decorator", "unbounded"]
     task = m["tasks"]["slot"]
-    assert task["demos"]["episodes"] == 10 and task["demos"]["seeds"] == list(range(10))
-    assert 0 <= task["base"]["success"] <= 1 and task["base"]["loss"][-1][1] < task["base"]["loss"][0][1]
+    assert task["demos"]["episodes"] == 20 and task["demos"]["seeds"] == list(range(20))
+    assert 0 < task["base"]["success"] <= 1 and task["base"]["loss"][-1][1] < task["base"]["loss"][0][1]
     for t in m["trials"]:
         steps = [p["env_steps"] for p in t["curve"]]
         assert steps[0] == 0 and steps[-1] >= 800 and len(steps) >= 3
