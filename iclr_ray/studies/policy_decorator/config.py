@@ -168,8 +168,8 @@ class Config(StudyConfig):
 
 PRESETS = {
     "smoke": {
-        # an MLP base from 20 demos in 2k steps (~5 s): ~0.3 success, so the curves have a base to
-        # keep or lose (200 steps on 10 demos gave 0.00)
+        # an MLP base from 20 demos in 2k BC steps (~3 s more than 200): 0.20 on the 10 evaluation
+        # seeds, so the curves have a base to keep or lose (200 steps on 10 demos gave 0.00)
         "tasks": [{"name": "slot", "demos": {"episodes": 20}, "base": {"steps": 2000, "normalize_obs": False},
                    "env_steps": 800, "H": 300, "alpha": 0.3}],
         "variants": [{"name": "decorator"}, {"name": "unbounded", "alpha": 1.0, "H": 0}],
@@ -199,9 +199,9 @@ PRESETS = {
                       "steps": 100_000, "batch": 1024, "lr": 1e-4},
              "residual_chunk": True, "alpha": 0.1, "H": 400_000, "env_steps": 4_000_000},
             # BeT bases (the official offline BeT script's defaults: context window 20, 8 clusters,
-            # 4 layers, 4 heads, width 128, batch 2048, lr 1e-4, weight decay 2e-4) and the README's BeT rows for
-            # StackCube and PegInsertion; BeT's residual acts per env step, so H, the steps and
-            # learning_starts (8k) are the script's own; its SAC lr is 3e-4 on PegInsertion
+            # 4 layers, 4 heads, width 128, batch 2048, lr 1e-4, weight decay 2e-4) and the README's
+            # BeT rows for StackCube and PegInsertion; BeT's residual acts per env step, so H, the
+            # steps and learning_starts (8k) are the script's own; its SAC lr is 3e-4 on PegInsertion
             {"name": "stack_cube_bet", "env": {"suite": "maniskill", "id": "StackCube-v1", "obs_horizon": 20},
              "demos": {"source": "file", "path": "demos/StackCube-v1.state.pd_ee_delta_pose.h5"},
              "base": {"kind": "bet", "hparams": {"obs_horizon": 20, "n_bins": 8, "layers": 4, "heads": 4,
