@@ -138,3 +138,19 @@ def test_a_task_s_own_sac_values_override_the_shared_section():
     other = Config.model_validate({"tasks": [{"name": "a", "sac": {"gamma": 0.9, "utd": 1.0, "batch": 32}}]})
     s = _settings(other, other.tasks[0], resolve(other.tasks[0], other.variants[0]))
     assert (s.gamma, s.utd, s.batch, s.lr, s.tau) == (0.9, 1.0, 32, other.sac.lr, other.sac.tau)
+
+
+@pytest.mark.slow
+def test_an_expert_that_never_succeeds_stops_the_run_before_the_base_trains(ray_cluster, tmp_path):
+    """demos.source = expert through the study: the expert (SAC on the dense reward, 200 env steps:
+    too few to solve anything) is trained in the demonstrations' Ray task, its episodes recorded,
+    and since none succeeded the run stops with the task's own message before any base trains."""
+    out = tmp_path / "run"
+    task = ("tasks=[{name: slot_expert, demos: {source: expert, expert_steps: 200, episodes: 2}, "
+            "base: {steps: 50}, env_steps: 100}]")
+    with pytest.raises(RuntimeError, match="tasks.slot_expert: none of the 2 episodes of the expert trained for 200 "
+                                           "env steps succeeded"):
+        cli.main(["run", "policy_decorator", "--preset", "smoke", "--set", task, "--set", "sac.learning_starts=64",
+                  "--out", str(out)])
+    assert (out / "demos" / "expert" / "slot_expert" / "expert" / "checkpoint").is_dir()  # the expert was saved
+    assert not (out / "base").exists() and not (out / "result.json").exists()
