@@ -58,7 +58,7 @@ def _loop(config: dict[str, Any]) -> None:
     if hasattr(policy, "fit_bins"):
         policy.fit_bins(chunks.numpy(), seed=config["seed"])
     model = train.torch.prepare_model(policy)
-    opt = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=config.get("weight_decay", 1e-6))
+    opt = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, config["steps"])
     gen = torch.Generator().manual_seed(config["seed"])
     core = model.module if hasattr(model, "module") else model

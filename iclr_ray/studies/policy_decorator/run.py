@@ -211,7 +211,7 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
         if t.name in info_refs and t.demos.source == "expert":
             # an expert takes minutes: wait for it here, so that one that never succeeded stops the
             # run with its own message rather than inside the base's Train run
-            info_refs[t.name] = ray.get(info_refs[t.name])
+            ray.get(info_refs[t.name])
         print(f"  {t.name}: training the {kind} base through Ray Train ({t.base.steps} steps, once its "
               f"demonstrations are in) ...", flush=True)
         base_dir, base_curve = train_base(kind, t.base.hparams, demo_refs[t.name], obs_dim=obs_dim, act_dim=act_dim,
@@ -235,8 +235,7 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
                              "frames": np.asarray(base_eval["frames"]).tolist() if base_eval["frames"] else [],
                              "env_steps": t.env_steps}
         if t.name in info_refs:
-            info = info_refs[t.name]
-            tasks_out[t.name]["demos"].update(info if isinstance(info, dict) else ray.get(info))
+            tasks_out[t.name]["demos"].update(ray.get(info_refs[t.name]))
         for v in cfg.variants:
             rv = resolve(t, v)
             specs.append({"task": t.name, "variant": rv, "base_dir": str(base_dir if v.base else zero_dir),
