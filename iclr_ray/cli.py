@@ -10,13 +10,16 @@ import importlib.metadata
 import os
 import sys
 import time
-from pathlib import Path
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
+from . import log as logs
 from . import studies
 from .claims import Claim, claims_table, summary_line
 from .config import PRESETS, ConfigError, resolve, to_yaml
-from .results import RunDir, RunDirError, atomic_write_text, default_run_dir
+from .results import RunDir, RunDirError, default_run_dir, ranking
+
+log = logs.get(__name__)
 
 EXIT_USAGE = 2
 USER_ERRORS = (ConfigError, RunDirError, studies.StudyUnavailable)
@@ -85,53 +88,71 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    for study_id, study, reason in studies.available():
-        if study is None:
-            print(f"{study_id:18s} (unavailable: {reason})")
-        else:
-            print(f"{study_id:18s} {study.title}\n{'':18s} paper: {study.paper}\n"
-                  f"{'':18s} ray: {', '.join(study.ray)}")
+    """The registry alone: no study module is imported."""
+    for e in studies.REGISTRY.values():
+        missing = e.missing()
+        note = f"\n{'':18s} unavailable here: needs {', '.join(missing)} ({studies.install_hint(e)})" if missing else ""
+        print(f"{e.id:18s} {e.title}\n{'':18s} paper: {e.paper}\n{'':18s} ray: {'; '.join(e.ray)}{note}")
     return 0
+
+
+@dataclass
+class Started:
+    """What ``run`` and ``sweep`` share before the study's work begins: every input checked, the
+    run directory ready, Ray's address answering."""
+
+    study: studies.Study
+    cfg: Any
+    inputs: Any
+    run_dir: RunDir
+    address: str | None
+
+
+def _start(args: argparse.Namespace, cfg, run_dir: RunDir, config_yaml: str | None) -> Started:
+    """prepare (input files: exit 2 before Ray), the Ray address (must answer), then the run
+    directory (created, config.yaml written unless it is a resumed one's), in that order, so a
+    user error leaves nothing written."""
+    study = studies.get(args.study)
+    inputs = study.prepare(cfg)
+    from .runtime import resolve_address, seed_everything
+
+    address = None if _ray_initialized() else resolve_address(args.address)
+    if config_yaml is not None:
+        run_dir.create()
+        run_dir.write_config(config_yaml)
+    seed_everything(cfg.seed)
+    return Started(study, cfg, inputs, run_dir, address)
+
+
+def _context(s: Started, preset: str, resources: dict[str, Any]):
+    from .runtime import RunContext
+
+    return RunContext(run_dir=s.run_dir, preset=preset, resources=resources, inputs=s.inputs)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     study = studies.get(args.study)
     cfg = resolve(study.config, study.presets, args.preset, args.config, args.sets)
-    inputs = study.prepare(cfg) if study.prepare else None
-    from .runtime import RunContext, connect, hardware, resolve_address, seed_everything
-
-    address = None if _ray_initialized() else resolve_address(args.address)
     run_dir = RunDir(args.out or default_run_dir(study.id, args.preset))
     config_yaml = to_yaml(cfg)
     earlier = run_dir.path / "config.yaml"
     if earlier.is_file() and not (run_dir.path / "result.json").exists() and earlier.read_text() != config_yaml:
         raise ConfigError(f"{run_dir.path} holds an unfinished run of another config; rerun it with the same "
                           "config to resume it, or choose another --out")
-    run_dir = run_dir.create()
-    run_dir.write_config(config_yaml)
-    print(f"# {study.id} ({args.preset}) -> {run_dir.path}\n# resolved config:\n{config_yaml}", flush=True)
+    s = _start(args, cfg, run_dir, config_yaml)
+    log.info("# %s (%s) -> %s\n# resolved config:\n%s", study.id, args.preset, run_dir.path, config_yaml.rstrip())
+    from .runtime import connect, hardware
 
-    seed_everything(cfg.seed)
     start = time.monotonic()
-    with connect(address) as resources:
-        ctx = RunContext(run_dir=run_dir, preset=args.preset, resources=resources, inputs=inputs)
-        metrics = study.run(cfg, ctx)
+    with connect(s.address) as resources:
+        metrics = study.run(cfg, _context(s, args.preset, resources))
     seconds = time.monotonic() - start
-    claims = study.claims(metrics, cfg)
-    env = hardware()
-    env["cluster_cpus"] = resources.get("CPU")
-    env["cluster_gpus"] = resources.get("GPU", 0)
-    result = {
-        "study": study.id,
-        "preset": args.preset,
-        "config": cfg.model_dump(mode="json"),
-        "metrics": metrics,
-        "claims": [c.to_dict() for c in claims],
-        "env": env,
-        "seconds": seconds,
-    }
-    run_dir.write_result(result)
-    _render(study, run_dir, result)
+    env = hardware() | {"cluster_cpus": resources.get("CPU"), "cluster_gpus": resources.get("GPU", 0)}
+    result = {"study": study.id, "preset": args.preset, "config": cfg.model_dump(mode="json"), "metrics": metrics,
+              "claims": [c.to_dict() for c in study.claims(metrics, cfg)], "env": env, "seconds": seconds}
+    run_dir.write_result(result)  # first: a figure that fails to draw loses nothing (`iclr-ray report` redraws)
+    _render(study, cfg, run_dir, result)
+    claims = [Claim.from_dict(c) for c in result["claims"]]
     print(f"\n{claims_table(claims)}\n\n{summary_line(claims)} in {seconds:.1f} s; "
           f"report: {run_dir.path / 'report.md'}")
     return 0
@@ -140,57 +161,52 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     study = studies.get(args.study)
     if study.sweep is None:
-        raise ConfigError(f"study {study.id!r} has no sweep; studies with one: "
-                          f"{', '.join(s.id for _, s, _ in studies.available() if s and s.sweep) or 'none'}")
+        with_sweep = [e.id for e in studies.REGISTRY.values() if e.id != study.id and _has_sweep(e.id)]
+        raise ConfigError(f"study {study.id!r} has no sweep; studies with one: {', '.join(with_sweep) or 'none'}")
     from .sweep.spaces import load_space
 
     if args.resume:
-        out = Path(args.resume)
-        saved = out / "config.yaml"
+        run_dir = RunDir(args.resume)
+        saved = run_dir.path / "config.yaml"
         if not saved.is_file():
-            raise ConfigError(f"--resume {out}: no config.yaml there (not a sweep directory)")
+            raise ConfigError(f"--resume {run_dir.path}: no config.yaml there (not a sweep directory)")
+        if (run_dir.path / "result.json").exists():
+            raise RunDirError(f"{run_dir.path} already holds a finished sweep")
         cfg = resolve(study.config, study.presets, args.preset, str(saved), [])
     else:
+        run_dir = RunDir(args.out or default_run_dir(study.id, f"sweep-{args.preset}"))
         cfg = resolve(study.config, study.presets, args.preset, args.config, args.sets)
     space = load_space(args.space, study.config, base=cfg.model_dump(mode="json"))
     outside = [k for k in space.params if not k.startswith(study.sweepable)]
     if outside:
         raise ConfigError(f"{args.space}: {', '.join(outside)} cannot vary between trials; "
                           f"a {study.id} sweep varies keys under {', '.join(study.sweepable)}")
-    inputs = study.prepare(cfg) if study.prepare else None
-    from .runtime import RunContext, connect, resolve_address, seed_everything
+    s = _start(args, cfg, run_dir, None if args.resume else to_yaml(cfg))
+    log.info("# %s sweep over %s (%s) -> %s", study.id, args.space, args.scheduler, run_dir.path)
+    from .runtime import connect, hardware
 
-    address = None if _ray_initialized() else resolve_address(args.address)
-    if args.resume:
-        run_dir = RunDir(args.resume)
-        if (run_dir.path / "result.json").exists():
-            raise RunDirError(f"{run_dir.path} already holds a finished sweep")
-    else:
-        run_dir = RunDir(args.out or default_run_dir(study.id, f"sweep-{args.preset}")).create()
-        run_dir.write_config(to_yaml(cfg))
-    print(f"# {study.id} sweep over {args.space} ({args.scheduler}) -> {run_dir.path}", flush=True)
-    seed_everything(cfg.seed)
     start = time.monotonic()
-    with connect(address) as resources:
-        ctx = RunContext(run_dir=run_dir, preset=args.preset, resources=resources, inputs=inputs)
-        summary = study.sweep(cfg, space, ctx, args.scheduler, bool(args.resume))
+    with connect(s.address) as resources:
+        summary = study.sweep(cfg, space, _context(s, args.preset, resources), args.scheduler, bool(args.resume))
     seconds = time.monotonic() - start
-    run_dir.write_result({"study": study.id, "preset": args.preset, "kind": "sweep", "space": str(args.space),
-                          "scheduler": args.scheduler, "config": cfg.model_dump(mode="json"), "metrics": summary,
-                          "claims": [], "seconds": seconds})
+    result = {"study": study.id, "preset": args.preset, "kind": "sweep", "space": str(args.space),
+              "scheduler": args.scheduler, "config": cfg.model_dump(mode="json"), "metrics": summary, "claims": [],
+              "env": hardware() | {"cluster_cpus": resources.get("CPU"), "cluster_gpus": resources.get("GPU", 0)},
+              "seconds": seconds}
+    run_dir.write_result(result)
+    run_dir.write_report(result, f"{study.title} — sweep")
     best = summary.get("best") or {}
-    plots = sorted(p.name for p in run_dir.plots.glob("*.png"))
-    atomic_write_text(run_dir.path / "report.md", "\n".join([
-        f"# {study.title} — sweep", "",
-        f"Space `{args.space}`, scheduler `{args.scheduler}`, {summary.get('finished', 0)} of "
-        f"{summary.get('trials', 0)} trials finished in {seconds:.0f} s; ranked by {space.metric} ({space.mode}).", "",
-        summary.get("table", ""), "", f"Best: `{best.get('params')}` {space.metric} = {best.get(space.metric)}", "",
-        *[f"![{p}](plots/{p})" for p in plots],
-        f"TensorBoard: `tensorboard --logdir {run_dir.path / 'tune'}`", ""]))
-    print(f"\n{summary.get('table', '')}\n\nbest: {best.get('params')} {space.metric}={best.get(space.metric)} "
-          f"({summary.get('finished', 0)}/{summary.get('trials', 0)} trials finished) in {seconds:.0f} s; "
-          f"TensorBoard: tensorboard --logdir {run_dir.path / 'tune'}")
+    print(f"\n{ranking(summary)}\n\nbest: {best.get('params')} {space.metric}={best.get(space.metric)} "
+          f"({summary['finished']}/{summary['trials']} trials finished) in {seconds:.0f} s; "
+          f"report: {run_dir.path / 'report.md'}")
     return 0
+
+
+def _has_sweep(study_id: str) -> bool:
+    try:
+        return studies.get(study_id).sweep is not None
+    except studies.StudyUnavailable:
+        return False
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -213,19 +229,22 @@ def _ray_initialized() -> bool:
     return ray.is_initialized()
 
 
-def _render(study: studies.Study, run_dir: RunDir, result: dict) -> None:
-    extra = study.report_md(result["metrics"]) if study.report_md else ""
-    run_dir.write_report(result, f"{study.title} — reproduction report", extra)
+def _render(study: studies.Study, cfg, run_dir: RunDir, result: dict) -> None:
+    """plots/*.png and report.md from a run's result (both pure functions of its metrics)."""
+    for path in run_dir.plots.glob("*.png"):
+        path.unlink()  # a redraw leaves only the figures the study draws now
+    run_dir.save_plots(study.plots(result["metrics"], cfg))
+    run_dir.write_report(result, f"{study.title} — reproduction report", study.report_md(result["metrics"], cfg))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """Recompute a run's claims, figures and report.md from its result.json (a sweep: its report)."""
     run_dir = RunDir(args.run_dir)
     result = run_dir.read_result()
     study = studies.get(result.get("study", "?"))
     if result.get("kind") == "sweep":  # a sweep has no claims; its ranking is the report
-        m = result["metrics"]
-        best = m.get("best") or {}
-        print(f"{m.get('table', '')}\n\nbest: {best.get('params')} {m.get('metric')}={best.get(m.get('metric'))}")
+        run_dir.write_report(result, f"{study.title} — sweep")
+        print(f"{ranking(result['metrics'])}\n\nreport: {run_dir.path / 'report.md'}")
         return 0
     try:
         cfg = study.config.model_validate(result["config"])
@@ -234,13 +253,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     claims: list[Claim] = study.claims(result["metrics"], cfg)
     result["claims"] = [c.to_dict() for c in claims]
     run_dir.write_result(result)
-    _render(study, run_dir, result)
+    _render(study, cfg, run_dir, result)
     print(f"{claims_table(claims)}\n\n{summary_line(claims)}; report: {run_dir.path / 'report.md'}")
     return 0
 
 
 DOCTOR_PACKAGES = ("ray", "numpy", "scipy", "pydantic", "matplotlib", "torch", "transformers",
-                   "deepspeed", "accelerate", "gymnasium", "mani-skill", "httpx")
+                   "deepspeed", "gymnasium", "mani-skill", "httpx")
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -257,8 +276,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     gpu = f"yes ({hw.get('gpus')} x {hw.get('gpu_name')})" if hw.get("cuda") else "no (CPU only)"
     print(f"python {hw['python']} on {hw['platform']}, {hw['cpus']} CPUs, GPU: {gpu}")
     print("studies:")
-    for study_id, study, reason in studies.available():
-        print(f"  {study_id:18s} {'ok' if study else reason}")
+    for e in studies.REGISTRY.values():
+        try:
+            studies.get(e.id)
+            print(f"  {e.id:18s} ok")
+        except studies.StudyUnavailable as exc:
+            print(f"  {e.id:18s} {exc}")
     address = args.address or os.environ.get("RAY_ADDRESS")
     if not address:
         print("ray: no cluster address; `iclr-ray run` starts an embedded local Ray")

@@ -1,17 +1,18 @@
 """Typed study configs: pydantic models, presets, YAML files and ``--set a.b=value`` overrides.
 
 A study's config is a pydantic model whose defaults are the ``small`` preset; the other presets
-are partial overrides. Resolution order: preset -> YAML file -> ``--set`` overrides, then one
-validation. Unknown keys and wrong types raise :class:`ConfigError` with one readable line.
+are partial overrides. Resolution order: defaults -> preset -> YAML file -> ``--set`` overrides,
+each merged key by key into the one before, then one validation. Unknown keys and wrong types
+raise :class:`ConfigError` with one readable line.
 """
 from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Annotated, Any, ClassVar, Mapping, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 PRESETS = ("smoke", "small", "paper")
 
@@ -48,6 +49,24 @@ class Section(BaseModel):
             if (getattr(self, a) is None) != (getattr(self, b) is None):
                 raise ValueError(f"give both {a} and {b}, or neither")
         return self
+
+
+def overrides_of(model: type[BaseModel], name: str | None = None) -> type[Section]:
+    """A section with every field of ``model`` optional (None: not overridden), for values that
+    override a shared section per item (a task's own SAC values over the study's). Field names,
+    types and docs come from ``model``, so the two never drift apart; :func:`apply_overrides`
+    merges and validates."""
+    fields = {k: (Optional[Annotated[(f.annotation, *f.metadata)]] if f.metadata else Optional[f.annotation],
+                  Field(None, description=f.description))
+              for k, f in model.model_fields.items()}  # each value checked as the model checks it
+    doc = f"Per-item overrides of {model.__name__} (None: the shared value)."
+    return create_model(name or f"{model.__name__}Overrides", __base__=Section, __doc__=doc, **fields)
+
+
+def apply_overrides(base: BaseModel, overrides: BaseModel | None) -> BaseModel:
+    """``base`` with the fields ``overrides`` sets, validated as ``base``'s model."""
+    given = overrides.model_dump(exclude_none=True) if overrides is not None else {}
+    return type(base).model_validate(base.model_dump() | given)
 
 
 def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -115,10 +134,13 @@ def resolve(
     file: str | Path | None = None,
     sets: list[str] | tuple[str, ...] = (),
 ) -> StudyConfig:
-    """Build a validated config: class defaults, then preset, then YAML file, then ``--set`` items."""
+    """Build a validated config: class defaults, then preset, then YAML file, then ``--set`` items,
+    each merged into the one before (nested sections key by key, so a section whose default is an
+    instance with its own values, such as a shared settings model with study-specific defaults,
+    keeps them where a preset changes only some)."""
     if preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    raw: dict[str, Any] = dict(presets.get(preset, {}))
+    raw: dict[str, Any] = deep_merge(config_cls().model_dump(mode="json"), presets.get(preset, {}))
     if file is not None:
         raw = deep_merge(raw, load_yaml_file(file))
     for item in sets:

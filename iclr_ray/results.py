@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .claims import Claim, claims_table, summary_line
+from .markdown import fmt, table
 
 
 class RunDirError(ValueError):
@@ -66,6 +67,31 @@ def _finite_only(obj: Any) -> Any:
 
 def to_json(obj: Any, indent: int | None = 2) -> str:
     return json.dumps(_finite_only(obj), indent=indent, default=_json_default, allow_nan=False)
+
+
+def encode_image(pixels: Any) -> str:
+    """A uint8 image (H x W or H x W x C) as base64 PNG text: frames a figure shows travel in
+    result.json this way (lossless, a fraction of a JSON array's size)."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.asarray(pixels, dtype=np.uint8)).save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def decode_image(text: str):
+    """The uint8 array :func:`encode_image` encoded."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(text))))
 
 
 def default_run_dir(study: str, preset: str, root: str | Path | None = None) -> Path:
@@ -117,6 +143,10 @@ class RunDir:
         atomic_write_bytes(path, buf.getvalue())
         return path
 
+    def save_plots(self, figures: dict[str, Any]) -> None:
+        for name, fig in figures.items():
+            self.save_plot(fig, name)
+
     def write_result(self, result: dict[str, Any]) -> None:
         atomic_write_text(self.path / "result.json", to_json(result) + "\n")
 
@@ -136,34 +166,48 @@ class RunDir:
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def write_report(self, result: dict[str, Any], title: str, extra_md: str = "") -> str:
-        claims = [Claim.from_dict(c) for c in result["claims"]]
+        """report.md from a result: the claims table (a run) or the ranking (a sweep), the study's
+        own tables (``extra_md``), the plots, the environment and the command that reruns it."""
+        if result.get("kind") == "sweep":
+            lead, body, rerun = _sweep_sections(result, self.path)
+        else:
+            claims = [Claim.from_dict(c) for c in result["claims"]]
+            lead = (f"Study `{result['study']}`, preset `{result['preset']}`, {result['seconds']:.1f} s, "
+                    f"{summary_line(claims)}.")
+            body = ["## Claims", "", claims_table(claims), ""]
+            rerun = f"iclr-ray run {result['study']} --config {self.path / 'config.yaml'}"
         plots = sorted(p.name for p in self.plots.glob("*.png")) if self.plots.exists() else []
-        env = result.get("env", {})
-        lines = [
-            f"# {title}",
-            "",
-            f"Study `{result['study']}`, preset `{result['preset']}`, {result['seconds']:.1f} s, "
-            f"{summary_line(claims)}.",
-            "",
-            "## Claims",
-            "",
-            claims_table(claims),
-            "",
-        ]
+        lines = [f"# {title}", "", lead, "", *body]
         if extra_md:
             lines += [extra_md.rstrip(), ""]
         if plots:
             lines += ["## Plots", ""] + [f"![{p[:-4]}](plots/{p})" for p in plots] + [""]
-        lines += [
-            "## Environment",
-            "",
-            "```",
-            *(f"{k}: {v}" for k, v in env.items()),
-            "```",
-            "",
-            "Rerun: `iclr-ray run {} --config {}`".format(result["study"], self.path / "config.yaml"),
-            "",
-        ]
+        lines += ["## Environment", "", "```", *(f"{k}: {v}" for k, v in result.get("env", {}).items()), "```", "",
+                  f"Rerun: `{rerun}`", ""]
         text = "\n".join(lines)
         atomic_write_text(self.path / "report.md", text)
         return text
+
+
+def ranking(summary: dict[str, Any]) -> str:
+    """A sweep's trials as a table, best first by its metric; unscored trials last."""
+    metric, rows = summary["metric"], summary["rows"]
+    keys = list(rows[0]["params"]) if rows else []
+    scored = sorted((r for r in rows if r.get(metric) is not None), key=lambda r: r[metric],
+                    reverse=summary["mode"] == "max")
+    return table([*keys, metric, "finished", "rows seen"],
+                 [[*(str(v) for v in r["params"].values()), fmt(r.get(metric)), str(r["finished"]),
+                   fmt(r.get("samples"))] for r in scored + [r for r in rows if r.get(metric) is None]])
+
+
+def _sweep_sections(result: dict[str, Any], path: Path) -> tuple[str, list[str], str]:
+    m = result["metrics"]
+    best = m.get("best") or {}
+    lead = (f"Study `{result['study']}`, preset `{result['preset']}`, space `{result['space']}`, scheduler "
+            f"`{result['scheduler']}`: {m['finished']} of {m['trials']} trials finished in {result['seconds']:.0f} s; "
+            f"ranked by {m['metric']} ({m['mode']}).")
+    body = ["## Ranking", "", ranking(m), "",
+            f"Best: `{best.get('params')}` {m['metric']} = {fmt(best.get(m['metric']))}", "",
+            f"TensorBoard: `tensorboard --logdir {path / 'tune'}`", ""]
+    rerun = f"iclr-ray sweep {result['study']} --space {result['space']} --config {path / 'config.yaml'}"
+    return lead, body, rerun

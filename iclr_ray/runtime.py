@@ -11,15 +11,17 @@ import os
 import platform
 import random
 import socket
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import numpy as np
 
+from . import log as logs
 from .config import ConfigError
 from .results import RunDir
+
+log = logs.get(__name__)
 
 
 def check_reachable(address: str, timeout: float = 5.0) -> None:
@@ -54,13 +56,14 @@ def connect(address: str | None = None, quiet: bool = True) -> Iterator[dict[str
 
     owned = not ray.is_initialized()
     if owned:
-        # Embedded Ray: one torch/BLAS thread per worker process; on small machines threads
-        # fighting over cores made small layers ~45x slower (shared/MEASURED.md). On a cluster
-        # (and inside `ray job submit`, whose runtime env may not be merged with another) the
-        # cluster's or the job's runtime env decides (clusters/runtime_env.yaml).
-        # Train V2's controller polls every 2 s by default, blocking each report (MEASURED.md).
-        # Train V2 also starts a preemption watcher per run, a process that polls for spot-node
-        # preemption notices; an embedded Ray on one machine gets none, so it is left out.
+        # Embedded Ray: one torch/BLAS thread per worker process; on a small machine threads of
+        # several workers fighting over the same cores slow small layers down by an order of
+        # magnitude or more. On a cluster (and inside `ray job submit`, whose runtime env may not
+        # be merged with another) the cluster's or the job's runtime env decides
+        # (clusters/runtime_env.yaml). Train V2's controller polls its workers every 2 s by
+        # default and each report waits for the next poll, so the poll is made short. Train V2
+        # also starts a preemption watcher per run, a process that polls for spot-node notices,
+        # which an embedded Ray on one machine never gets: it is left out.
         env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
                "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": os.environ.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.1"),
                "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": os.environ.get("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")}
@@ -68,7 +71,7 @@ def connect(address: str | None = None, quiet: bool = True) -> Iterator[dict[str
         if not address:
             # Tune frees a stopped trial's placement groups through the State API, which finds
             # the dashboard by RAY_API_SERVER_ADDRESS; without it they leak and the next trial
-            # hangs on worker start-up (shared/MEASURED.md). So: the dashboard on a known port.
+            # hangs on worker start-up. So: the dashboard on a known port.
             port = free_port()
             env["RAY_API_SERVER_ADDRESS"] = os.environ["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{port}"
             dashboard = {"include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": port}
@@ -130,14 +133,11 @@ def seed_everything(seed: int) -> None:
 
 
 class Progress:
-    """A counter that prints ``desc done/total elapsed eta`` lines to stderr as work completes.
+    """A counter that logs ``desc done/total elapsed eta`` lines as work completes, at most one a
+    ``min_interval`` seconds (and always the last)."""
 
-    Lines, not a redrawn bar: they read the same in a terminal, a CI log and ``ray job logs``.
-    """
-
-    def __init__(self, total: int, desc: str, stream=None, min_interval: float = 1.0):
+    def __init__(self, total: int, desc: str, min_interval: float = 1.0):
         self.total, self.desc, self.done = total, desc, 0
-        self.stream = stream or sys.stderr
         self.start = self.last = time.monotonic()
         self.min_interval = min_interval
 
@@ -148,30 +148,37 @@ class Progress:
             self.last = now
             elapsed = now - self.start
             eta = elapsed / self.done * (self.total - self.done) if self.done else float("nan")
-            print(f"  {self.desc}: {self.done}/{self.total}  {elapsed:.0f}s elapsed, ~{eta:.0f}s left",
-                  file=self.stream, flush=True)
+            log.info("  %s: %d/%d  %.0fs elapsed, ~%.0fs left", self.desc, self.done, self.total, elapsed, eta)
 
 
 @dataclass
 class RunContext:
-    """What a study's ``run(cfg, ctx)`` gets: the run directory, logging, plots, progress."""
+    """What a study's ``run(cfg, ctx)`` gets: the run directory, what ``prepare`` returned, logging
+    to metrics.jsonl, status lines and progress while Ray work finishes."""
 
     run_dir: RunDir
     preset: str
     resources: dict[str, Any] = field(default_factory=dict)
     inputs: Any = None
+    """what the study's ``prepare(cfg)`` returned (read before Ray started)"""
 
     def log(self, **record: Any) -> None:
+        """One JSON line in metrics.jsonl."""
         self.run_dir.log(record)
 
-    def save_plot(self, fig: Any, name: str) -> None:
-        self.run_dir.save_plot(fig, name)
+    def say(self, message: str, *args: Any) -> None:
+        """A status line (``logging``, %-style arguments)."""
+        log.info("  " + message, *args)
+
+    def save_plots(self, figures: dict[str, Any]) -> None:
+        """Each figure as plots/<name>.png."""
+        self.run_dir.save_plots(figures)
 
     def progress(self, total: int, desc: str) -> Progress:
         return Progress(total, desc)
 
     def wait_all(self, refs: list, desc: str) -> list:
-        """``ray.get`` a list of object refs in order, printing progress as they finish."""
+        """``ray.get`` a list of object refs in order, logging progress as they finish."""
         import ray
 
         bar = self.progress(len(refs), desc)

@@ -26,11 +26,13 @@ BIN = Path(sys.executable).parent
 # Token authentication (on by default in Ray 2.60) must be on for every client of the cluster.
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Status lines (iclr_ray.log) stay quiet in tests; a test that reads them sets the level itself.
+os.environ.setdefault("ICLR_RAY_LOG_LEVEL", "WARNING")
 # Ray replaces 127.0.0.1 with the host's own address unless told this; the tests' Ray (and all
 # traffic to it) stays on loopback. Read when ray is first imported, so set before that.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-# Train V2's controller polls workers every 2 s by default, so each report blocked ~1.8 s
-# (shared/MEASURED.md); the cluster's processes inherit this.
+# Train V2's controller polls workers every 2 s by default and each report waits for the next
+# poll; the cluster's processes inherit the short poll.
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.1")
 # No spot preemption on one machine: no preemption-watcher process per Train run (as runtime.py).
 os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
@@ -48,7 +50,7 @@ class Cluster:
 def _start_cluster(tmp: Path, temp_dir: str) -> tuple[subprocess.Popen, Cluster]:
     gcs_port, dash_port = free_port(), free_port()
     # Tune frees a stopped trial's placement groups through the State API, which finds the
-    # dashboard by this variable (shared/MEASURED.md); the cluster and this driver both need it.
+    # dashboard by this variable; the cluster and this driver both need it.
     os.environ["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{dash_port}"
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     env.pop("RAY_ADDRESS", None)

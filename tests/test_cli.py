@@ -57,6 +57,32 @@ def test_list_shows_implemented_studies():
     assert "coord_sketch" in res.stdout and "Daliri" in res.stdout and "ray: tasks" in res.stdout
 
 
+def test_list_imports_no_study_module():
+    code = ("import sys; from iclr_ray import cli; cli.main(['list']); "
+            "print(sorted(m for m in sys.modules if m.startswith('iclr_ray.studies.')))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "[]" and "sphere_flow" in res.stdout
+
+
+def test_a_study_whose_dependency_is_missing_lists_with_a_note_and_runs_exit_2(tmp_path):
+    hide = "import sys; sys.modules['torch'] = None; from iclr_ray import cli; "  # as if torch were not installed
+    res = subprocess.run([sys.executable, "-c", hide + "cli.main(['list'])"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    noted = {lines[i - 3].split()[0] for i, line in enumerate(lines) if "unavailable here: needs torch" in line}
+    assert noted == {"arith_coupling", "sft_recipe", "policy_decorator"}, res.stdout
+    assert "pip install 'iclr-ray[llm]'" in res.stdout and "pip install 'iclr-ray[rl]'" in res.stdout
+    out = tmp_path / "out"
+    res = subprocess.run([sys.executable, "-c", hide + f"raise SystemExit(cli.main(['run', 'arith_coupling', "
+                          f"'--preset', 'smoke', '--out', '{out}']))"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "RAY_ADDRESS": "127.0.0.1:1"})
+    assert res.returncode == 2 and res.stderr.strip() == (
+        "iclr-ray: error: study 'arith_coupling' needs torch; install it with: pip install 'iclr-ray[llm]'")
+    assert not out.exists()
+
+
 def test_doctor_reports_packages_and_hardware():
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     res = subprocess.run([*CLI, "doctor"], capture_output=True, text=True, timeout=120, env=env)

@@ -10,7 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import log as logs
 from ..config import ConfigError, load_yaml_file
+
+log = logs.get(__name__)
 
 BUILDERS = {"generate": "iclr_ray.serve.app:generation_app", "embed": "iclr_ray.serve.app:embedding_app"}
 
@@ -73,12 +76,12 @@ def serve_forever(app: str, app_args: dict[str, Any], http: dict[str, Any], addr
     with connect(address, quiet=False):
         start(app, app_args, http)
         url = f"http://{http['host']}:{http['port']}/v1"
-        print(f"serving {app} at {url} (OpenAI base_url); Ctrl-C stops", flush=True)
+        log.info("serving %s at %s (OpenAI base_url); Ctrl-C stops", app, url)
         try:
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
-            print("stopping ...", flush=True)
+            log.info("stopping ...")
         finally:
             serve.shutdown()
     return 0

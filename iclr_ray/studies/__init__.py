@@ -1,73 +1,157 @@
-"""Registry of studies. Each study package exports ``STUDY = Study(...)`` from its ``__init__``.
+"""The studies: a registry of what exists, and the loader of one study's parts.
 
-Study packages are imported only when asked for, so a study whose extra is not installed does
-not break the others; ``iclr-ray list`` reports it as unavailable with the extra to install.
+The registry is data (id, title, paper, Ray parts, the extra and the modules a study needs), so
+``iclr-ray list`` imports no study code and a study whose optional dependency is missing still
+lists, with a note. Every study package has the same modules with the same names (the guide:
+docs/adding_a_study.md):
+
+    config.py    Config (its defaults are the ``small`` preset), PRESETS; SWEEPABLE (the config key
+                 prefixes a search space may vary) for a study with ``iclr-ray sweep``
+    run.py       prepare(cfg) -> inputs (before Ray starts), run(cfg, ctx) -> metrics, and with
+                 SWEEPABLE, sweep(cfg, space, ctx, scheduler, resume) -> summary
+    analysis.py  claims(metrics, cfg) -> list[Claim], report_md(metrics, cfg) -> str (pure functions)
+    plots.py     plot_all(metrics, cfg) -> {name: matplotlib figure} (pure function of the metrics)
+
+:func:`get` imports those four modules and returns a :class:`Study`.
 """
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from ..config import ConfigError, StudyConfig
 
-# study id -> the extra (pyproject optional dependency) its imports need beyond the core
-IMPLEMENTED: dict[str, str | None] = {
-    "arith_coupling": "llm",
-    "coord_sketch": None,
-    "mab_cs": None,
-    "policy_decorator": "rl",
-    "sft_recipe": "llm",
-    "sparse_embed": None,
-    "sphere_flow": None,
-}
-
 
 @dataclass(frozen=True)
-class Study:
+class Entry:
+    """What the registry knows of a study without importing it."""
+
     id: str
     title: str
     paper: str
     ray: tuple[str, ...]
+    extra: str | None = None
+    """the pyproject extra its imports need beyond the core dependencies"""
+    needs: tuple[str, ...] = ()
+    """top-level modules of that extra the study imports (checked without importing them)"""
+
+    def missing(self) -> list[str]:
+        """The modules of :attr:`needs` that are not installed."""
+        return [name for name in self.needs if _find_spec(name) is None]
+
+
+def _find_spec(name: str):
+    try:
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError):  # ValueError: a module set to None in sys.modules
+        return None
+
+
+REGISTRY: dict[str, Entry] = {e.id: e for e in (
+    Entry("arith_coupling",
+          "Length generalisation in operand length and count with multi-level Position Coupling",
+          "Cho, Cha, Bhojanapalli, Yun. Arithmetic Transformers Can Length-Generalize in Both Operand Length and "
+          "Count. ICLR 2025",
+          ("Ray Tune: one trial per (task, method, seed)", "Ray Train + DeepSpeed: each trial's training"),
+          extra="llm", needs=("torch", "transformers", "deepspeed")),
+    Entry("coord_sketch", "Matrix product sketching by coordinated sampling",
+          "Daliri, Freire, Li, Musco. Matrix Product Sketching via Coordinated Sampling. ICLR 2025",
+          ("tasks: one per party sketch, one per estimate",)),
+    Entry("mab_cs", "Bandits with cost subsidy: Pairwise Elimination (PE, PE-CS) against CS-UCB/TS/ETC",
+          "Juneja, Joe-Wong, Yağan. Pairwise Elimination with Instance-Dependent Guarantees for Bandits with Cost "
+          "Subsidy. ICLR 2025",
+          ("tasks: one per chunk of runs of a (policy, instance, alpha, ell, T) cell",
+           "rllib: engine=rllib (env runners, all runs of a cell in one vectorised env step)")),
+    Entry("policy_decorator",
+          "Policy Decorator: a bounded residual SAC policy on a frozen imitation base, with progressive exploration",
+          "Yuan, Mu, Tao, Fang, Zhang, Su. Policy Decorator: Model-Agnostic Online Refinement for Large Policy "
+          "Models. ICLR 2025",
+          ("tasks: demonstration recording", "train: base policy behaviour cloning (the shared Train loop)",
+           "tune: one trial per (task, variant)", "rllib: SAC with the residual RLModule"),
+          extra="rl", needs=("torch", "gymnasium", "mani_skill", "gymnasium_robotics", "deepspeed")),
+    Entry("sft_recipe", "The SFT recipe for small LLMs: batch size, lr, warmup, schedule, phased vs stacked",
+          "Pareja et al. Unveiling the Secret Recipe: A Guide for Supervised Fine-Tuning Small LLMs. ICLR 2025",
+          ("Ray Train + DeepSpeed: pre-training and every SFT trial",
+           "Ray Tune: the experiments as one sweep, an early-termination scheduler"),
+          extra="llm", needs=("torch", "transformers", "deepspeed")),
+    Entry("sparse_embed", "Dimensionality reduction for sparse vectors beyond the worst case",
+          "Silwal, Woodruff, Zhang. Beyond Worst-Case Dimensionality Reduction for Sparse Vectors. ICLR 2025",
+          ("tasks: one per embedding, all-pairs distance checks split into tasks of pairs_per_task pairs",)),
+    Entry("sphere_flow", "Meta-stable clustering of self-attention tokens on the sphere",
+          "Bruno, Pasqualotto, Agazzi. Emergence of meta-stable clustering in mean-field transformer models. "
+          "ICLR 2025",
+          ("tasks: one per (beta, d, seed, form, n) particle simulation and one per PDE noise seed",)),
+)}
+
+
+@dataclass(frozen=True)
+class Study:
+    """One study's parts, loaded by :func:`get`."""
+
+    entry: Entry
     config: type[StudyConfig]
     presets: Mapping[str, Mapping[str, Any]]
+    prepare: Callable[[Any], Any]
+    """prepare(cfg) -> inputs: reads and checks input files before Ray starts (errors exit 2)"""
     run: Callable[..., dict[str, Any]]
-    """run(cfg, ctx) -> metrics dict (JSON-serialisable)."""
+    """run(cfg, ctx) -> metrics (JSON-serialisable); ctx.inputs is what prepare returned"""
     claims: Callable[..., list]
-    """claims(metrics, cfg) -> list[Claim], a pure function so reports can be re-rendered."""
-    prepare: Callable[[Any], Any] | None = None
-    """prepare(cfg) -> inputs: reads and checks input files before Ray starts (errors exit 2)."""
-    report_md: Callable[[dict[str, Any]], str] | None = None
-    """report_md(metrics) -> extra markdown (tables) for report.md."""
+    """claims(metrics, cfg) -> list[Claim], a pure function so reports can be re-rendered"""
+    report_md: Callable[..., str]
+    """report_md(metrics, cfg) -> the measurement tables of report.md"""
+    plots: Callable[..., dict[str, Any]]
+    """plot_all(metrics, cfg) -> {name: figure}, saved as plots/<name>.png"""
     sweep: Callable[..., dict[str, Any]] | None = None
-    """sweep(cfg, space, ctx, scheduler, resume) -> summary dict: ``iclr-ray sweep`` (Ray Tune)."""
+    """sweep(cfg, space, ctx, scheduler, resume) -> summary: ``iclr-ray sweep`` (Ray Tune)"""
     sweepable: tuple[str, ...] = ()
-    """config key prefixes a search space may vary (the rest is shared by every trial)."""
+    """config key prefixes a search space may vary (the rest is shared by every trial)"""
+
+    @property
+    def id(self) -> str:
+        return self.entry.id
+
+    @property
+    def title(self) -> str:
+        return self.entry.title
 
 
 class StudyUnavailable(RuntimeError):
     pass
 
 
+def entry(study_id: str) -> Entry:
+    if study_id not in REGISTRY:
+        raise ConfigError(f"unknown study {study_id!r}; implemented: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[study_id]
+
+
+def install_hint(e: Entry) -> str:
+    return f"pip install 'iclr-ray[{e.extra}]'" if e.extra else "pip install iclr-ray"
+
+
 def get(study_id: str) -> Study:
-    if study_id not in IMPLEMENTED:
-        known = ", ".join(sorted(IMPLEMENTED))
-        raise ConfigError(f"unknown study {study_id!r}; implemented: {known}")
+    """Import a study's config, run, analysis and plots modules; :class:`StudyUnavailable` (exit 2)
+    when a dependency is missing."""
+    e = entry(study_id)
+    missing = e.missing()
+    if missing:  # checked first: some are imported only inside Ray workers, which would fail later
+        raise StudyUnavailable(f"study {study_id!r} needs {', '.join(missing)}; install it with: {install_hint(e)}")
     try:
-        module = importlib.import_module(f"{__name__}.{study_id}")
+        mods = {part: importlib.import_module(f"{__name__}.{study_id}.{part}")
+                for part in ("config", "run", "analysis", "plots")}
     except ImportError as exc:
-        extra = IMPLEMENTED[study_id]
-        hint = f"; install it with: pip install 'iclr-ray[{extra}]'" if extra else ""
-        raise StudyUnavailable(f"study {study_id!r} needs {exc.name or exc}{hint}") from None
-    return module.STUDY
-
-
-def available() -> list[tuple[str, Study | None, str]]:
-    """(id, study or None, reason) for every implemented study."""
-    out = []
-    for study_id in IMPLEMENTED:
-        try:
-            out.append((study_id, get(study_id), ""))
-        except StudyUnavailable as exc:
-            out.append((study_id, None, str(exc)))
-    return out
+        raise StudyUnavailable(f"study {study_id!r} needs {exc.name or exc}; install it with: "
+                               f"{install_hint(e)}") from None
+    parts = {"config": ("config", "Config"), "presets": ("config", "PRESETS"), "prepare": ("run", "prepare"),
+             "run": ("run", "run"), "claims": ("analysis", "claims"), "report_md": ("analysis", "report_md"),
+             "plots": ("plots", "plot_all")}
+    absent = [f"{mod}.{name}" for mod, name in parts.values() if not hasattr(mods[mod], name)]
+    if absent:  # a study that does not follow the template: a developer's error, said plainly
+        raise TypeError(f"study {study_id!r} lacks {', '.join(absent)} (see docs/adding_a_study.md)")
+    sweepable = tuple(getattr(mods["config"], "SWEEPABLE", ()))
+    if sweepable and not hasattr(mods["run"], "sweep"):
+        raise TypeError(f"study {study_id!r} names SWEEPABLE keys but its run.py has no sweep()")
+    return Study(e, **{key: getattr(mods[mod], name) for key, (mod, name) in parts.items()},
+                 sweep=mods["run"].sweep if sweepable else None, sweepable=sweepable)

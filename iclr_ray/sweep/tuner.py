@@ -152,7 +152,7 @@ def run_tuner(trainable: Callable[[dict], None], param_space: Mapping[str, Any],
 
     No metric is given to Tune itself: trials report their score only once, at the end, and Tune
     would reject the per-step reports without it; rank with ``ResultGrid.get_best_result(metric,
-    mode)`` or :func:`trial_rows`."""
+    mode)`` or :func:`~iclr_ray.sweep.grid.run_grid`."""
     from ray import tune
 
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", STATE_PERIOD_S)
@@ -200,9 +200,9 @@ def thinned_tune_report(total_steps: int, dense_until: float = 0.2, reports: int
     ``progress <= dense_until`` (the early window the scheduler reads), then about ``reports``
     evenly spaced ones, plus every report with a checkpoint or a held-out loss and the last.
 
-    Tune's driver spends ~0.5 s of CPU on each result (files, TensorBoard, status); forwarding
-    every step of two trials kept one of the two cores busy with bookkeeping. The full curve is
-    still in the Train run's steps.jsonl."""
+    Tune's driver does real work for each result (files, TensorBoard, status), so forwarding every
+    step of small, fast trials keeps a core of a small machine busy with bookkeeping. The full
+    curve is still in the Train run's steps.jsonl."""
     from ray.tune.integration.ray_train import TuneReportCallback
 
     every = max(1, total_steps // reports)
@@ -216,13 +216,3 @@ def thinned_tune_report(total_steps: int, dense_until: float = 0.2, reports: int
                 super().after_report(run_context, metrics, checkpoint)
 
     return ThinnedTuneReport()
-
-
-def trial_rows(results) -> list[dict[str, Any]]:
-    """One record per trial of a ResultGrid: its config, last metrics, error and directory."""
-    rows = []
-    for r in results:
-        rows.append({"config": dict(r.config or {}), "metrics": dict(r.metrics or {}),
-                     "error": None if r.error is None else str(r.error).splitlines()[0],
-                     "path": r.path})
-    return rows
