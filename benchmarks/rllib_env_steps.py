@@ -14,7 +14,6 @@ import argparse
 import tempfile
 import time
 
-import numpy as np
 
 
 def main() -> None:
@@ -61,10 +60,10 @@ def main() -> None:
             ("RLlib SAC, its EpisodeReplayBuffer (sample + learn)", True, SAC),
             ("DecoratedSAC, TransitionBuffer (sample + learn)", True, DecoratedSAC))
     for label, learn, algo_class in runs:
-        s = SACSettings(alpha=0.1, H=0, batch=args.batch, hidden=list(args.hidden), utd=args.utd, envs_per_runner=args.envs,
+        s = SACSettings(batch=args.batch, hidden=list(args.hidden), utd=args.utd, envs_per_runner=args.envs,
                         rollout_fragment=16, buffer=100_000,
                         learning_starts=(10**9 if not learn else min(1000, args.steps // 4)))
-        config = sac_config(env_cfg, s)
+        config = sac_config(env_cfg, s, alpha=0.1, H=0)
         config.algo_class = algo_class
         algo = config.build_algo()
         algo.train()  # warm up (first sample and, when learning, first updates)

@@ -1,15 +1,18 @@
 """Training on Ray Train with DeepSpeed: the worker loop and the trainer around it.
 
-The loop is shared; what it trains comes from a :class:`Recipe` (the model, each step's
-batches, the logits of a batch, how the model is saved and scored at the end).
-:class:`ChatRecipe` is supervised fine-tuning and pre-training of a Hugging Face causal LM on
-packed rows (:func:`fit`); a study with its own model passes its recipe to :func:`fit_recipe`.
+The loop is shared by every model trained here; what it trains comes from a :class:`Recipe`
+(the model, each step's batches, a batch's summed loss and how many units (label tokens,
+samples) it sums over, how the model is saved and scored at the end). :class:`ChatRecipe` is
+supervised fine-tuning and pre-training of a Hugging Face causal LM on packed rows (:func:`fit`);
+a study with its own model (arith_coupling's decoder, ``rl.offline``'s behaviour cloning) passes
+its recipe to :func:`fit_recipe`.
 
 Every worker builds (or loads) the same model, wraps it in a DeepSpeed engine (ZeRO stage from
 the config; gloo on CPU, NCCL on GPU, chosen by Ray Train; bf16 only where the GPU has it), and
 walks the same deterministic step schedule: the rows of optimiser step t are the same on every
 run, so a resumed run continues with the data it would have seen. The loss of a step is
-normalised by the step's label tokens across all micro-batches and workers (loss.py).
+normalised by the step's loss units (label tokens, samples) across all micro-batches and workers
+(loss.py).
 
 Every ``log_every`` optimiser steps (and at every evaluation, checkpoint and the last step) the
 loop reports loss, grad norm, lr, tokens/s and samples/s over the steps since the last report (and
@@ -57,8 +60,8 @@ class TrainConfig(Section):
     checkpoint_every: int = Field(0, ge=0)
     """optimiser steps between checkpoints; 0: only the final one"""
     log_every: int = Field(1, ge=1)
-    """optimiser steps per Ray Train report (the loss and rates are averaged over them); a report
-    costs ~30 ms on a 2-core CPU, a tenth of a small model's step"""
+    """optimiser steps per Ray Train report (the loss and rates are averaged over them); each
+    report waits for Ray Train's controller, so small models report every few steps"""
     max_failures: int = Field(1, ge=0)
     """worker failures Ray Train recovers from (restarting from the latest checkpoint)"""
     seed: int = 0
@@ -68,9 +71,9 @@ class TrainConfig(Section):
 
 
 def _skip_shm_op_build() -> None:
-    """DeepSpeed on CPU JIT-compiles a shared-memory comm op (~2 min of g++) at every initialize;
-    gloo does the collectives here, so skip it (shared/MEASURED.md). `import deepspeed.comm.torch
-    as m` binds another module, hence importlib."""
+    """DeepSpeed on CPU JIT-compiles a shared-memory comm op with g++ at every initialize, which
+    takes minutes; gloo does the collectives here, so skip it. `import deepspeed.comm.torch as m`
+    binds another module, hence importlib."""
     importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
 
 
@@ -158,13 +161,20 @@ class Recipe(ABC):
 
     @abstractmethod
     def step_batches(self, step: int, cfg: TrainConfig) -> list[tuple[dict[str, Any], int]]:
-        """Every micro-batch of optimiser step ``step`` over all workers, as (CPU tensors with
-        ``labels`` (IGNORE where a token carries no loss), real tokens); the same on every rank and
-        a pure function of the step, so a resumed run sees the data it would have seen."""
+        """Every micro-batch of optimiser step ``step`` over all workers, as (a dict of CPU
+        tensors, the real tokens or samples it holds, for the throughput figures); the same on
+        every rank and a pure function of the step, so a resumed run sees the data it would have
+        seen."""
 
     @abstractmethod
-    def logits(self, engine, batch: dict[str, Any]):
-        """The model's logits for one (device) batch."""
+    def loss(self, engine, batch: dict[str, Any]):
+        """The loss of one (device) batch summed over its :meth:`units` (a scalar tensor)."""
+
+    def units(self, batch: dict[str, Any]) -> int:
+        """How many units the loss of ``batch`` sums over: its label tokens (``labels``, IGNORE
+        where a token carries no loss) unless the recipe says otherwise (samples, say). Known
+        before the forward pass, so every micro-batch's loss is divided by the whole step's."""
+        return label_tokens(batch["labels"])
 
     def eval_batches(self, cfg: TrainConfig) -> dict[str, list[dict[str, Any]]]:
         """Named held-out sets as lists of CPU batches (their loss is reported every ``eval_every``)."""
@@ -211,8 +221,9 @@ class ChatRecipe(Recipe):
         micro = [rows_now[i:i + cfg.micro_batch_size] for i in range(0, len(rows_now), cfg.micro_batch_size)]
         return [(collate(m), sum(r.n_real for r in m)) for m in micro]
 
-    def logits(self, engine, batch: dict[str, Any]):
-        return engine(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits
+    def loss(self, engine, batch: dict[str, Any]):
+        logits = engine(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits
+        return summed_token_loss(logits, batch["labels"])[0]
 
     def eval_batches(self, cfg: TrainConfig) -> dict[str, list[dict[str, Any]]]:
         b = cfg.micro_batch_size
@@ -278,19 +289,19 @@ def train_worker(config: dict[str, Any]) -> None:
         if fail_at is not None and step == fail_at and checkpoint is None and rank == world - 1:
             os._exit(1)  # a real worker death: Ray Train restarts the group from the latest checkpoint
         t0 = time.perf_counter()
-        batches = recipe.step_batches(step, cfg)  # every worker's micro-batches: each needs the token count
-        step_tokens = sum(label_tokens(b["labels"]) for b, _ in batches)
+        batches = recipe.step_batches(step, cfg)  # every worker's micro-batches: each needs the step's units
+        step_units = sum(recipe.units(b) for b, _ in batches)
         mine = batches[rank::world]
         loss_sum = torch.zeros((), dtype=torch.float64)
         real_tokens = 0
         for cpu_batch, n_real in mine:
             batch = {k: v.to(device) for k, v in cpu_batch.items()}
-            total, _ = summed_token_loss(recipe.logits(engine, batch), batch["labels"])
-            engine.backward(step_loss(total, step_tokens, world), scale_wrt_gas=False)
+            total = recipe.loss(engine, batch)
+            engine.backward(step_loss(total, step_units, world), scale_wrt_gas=False)
             engine.step()
             loss_sum += total.detach().double().cpu()
             real_tokens += n_real
-        window.add(loss_sum.item(), real_tokens, step_tokens, sum(len(b["labels"]) for b, _ in batches),
+        window.add(loss_sum.item(), real_tokens, step_units, sum(_rows(b) for b, _ in batches),
                    time.perf_counter() - t0)
         last = step + 1 == cfg.max_steps
         evaluate = bool(eval_sets) and (last or (step + 1) % cfg.eval_every == 0)
@@ -302,7 +313,7 @@ def train_worker(config: dict[str, Any]) -> None:
         dist.all_reduce(stats)
         metrics = {
             "step": step + 1,
-            "loss": stats[0].item() / max(window.label_tokens, 1),
+            "loss": stats[0].item() / max(window.units, 1),
             "grad_norm": float(engine.get_global_grad_norm() or 0.0),
             "lr": scheduler.get_last_lr()[0],
             "tokens_per_s": stats[1].item() / window.seconds,
@@ -332,19 +343,24 @@ def train_worker(config: dict[str, Any]) -> None:
             ray.train.report(metrics)
 
 
+def _rows(batch: dict[str, Any]) -> int:
+    """Samples (rows) in a batch: the leading size of its tensors."""
+    return len(next(iter(batch.values())))
+
+
 class _Window:
     """Sums over the optimiser steps since the last report (this rank's loss and real tokens; the
-    step's label tokens and samples, which every rank sees whole)."""
+    step's loss units and samples, which every rank sees whole)."""
 
     def __init__(self):
         self.loss = 0.0
-        self.real_tokens = self.label_tokens = self.samples = self.steps = 0
+        self.real_tokens = self.units = self.samples = self.steps = 0
         self.seconds = 0.0
 
-    def add(self, loss: float, real_tokens: int, label_tokens: int, samples: int, seconds: float) -> None:
+    def add(self, loss: float, real_tokens: int, units: int, samples: int, seconds: float) -> None:
         self.loss += loss
         self.real_tokens += real_tokens
-        self.label_tokens += label_tokens
+        self.units += units
         self.samples += samples
         self.steps += 1
         self.seconds += seconds
@@ -352,7 +368,7 @@ class _Window:
 
 def _eval_losses(engine, recipe: Recipe, eval_sets: dict[str, list[dict[str, Any]]], rank: int, world: int,
                  device) -> dict[str, float]:
-    """Held-out loss per label token of each named set and of all together, over all workers.
+    """Held-out loss per unit (label token) of each named set and of all together, over all workers.
     Every rank runs the same number of forward passes (ZeRO-3 gathers parameters collectively):
     a rank short of a batch repeats its first one and does not count it."""
     import torch
@@ -367,9 +383,9 @@ def _eval_losses(engine, recipe: Recipe, eval_sets: dict[str, list[dict[str, Any
             sums = torch.zeros(2, dtype=torch.float64)
             for k in range(-(-len(batches) // world)):
                 b = {key: v.to(device) for key, v in (mine[k] if k < len(mine) else batches[0]).items()}
-                total, n = summed_token_loss(recipe.logits(engine, b), b["labels"])
+                total = recipe.loss(engine, b)
                 if k < len(mine):
-                    sums += torch.tensor([total.item(), float(n)], dtype=torch.float64)
+                    sums += torch.tensor([total.item(), float(recipe.units(b))], dtype=torch.float64)
             dist.all_reduce(sums)
             out[f"eval_loss_{name}"] = sums[0].item() / max(sums[1].item(), 1.0)
             totals += sums
@@ -458,7 +474,7 @@ def fit_recipe(cfg: TrainConfig, recipe: Recipe, storage_path: str | Path, name:
     run_path = Path(storage_path).resolve() / name
     run_path.mkdir(parents=True, exist_ok=True)
     # Inside a Tune trial the trial holds a sliver of CPU and its workers the rest, so trials
-    # sized to the machine start instead of waiting on each other (shared/MEASURED.md).
+    # sized to the machine start instead of waiting on each other (sweep/tuner.py).
     cpu = 0.99 if _in_tune_trial() else 1.0
     trainer = TorchTrainer(
         train_worker,

@@ -1,12 +1,14 @@
-"""Base-policy training through Ray Train: behaviour cloning of demonstration chunks with a
-TorchTrainer, checkpointed as a saved policy directory (``rl.store``) and frozen afterwards."""
+"""Base-policy training through Ray Train: behaviour cloning of demonstration chunks on the shared
+Train loop (``llm.train``), checkpointed as a saved policy directory (``rl.store``) and frozen
+afterwards."""
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ..llm.train import Recipe
 
 
 def stack_frames(obs: np.ndarray, k: int) -> np.ndarray:
@@ -33,86 +35,97 @@ def training_arrays(demos, pred_horizon: int, obs_horizon: int = 1,
     return np.concatenate(obs), np.concatenate(chunks)
 
 
-def _loop(config: dict[str, Any]) -> None:
-    import ray
-    import torch
-    from ray import train
+class BCRecipe(Recipe):
+    """Behaviour cloning of demonstration chunks as a recipe of the shared Ray Train loop
+    (``llm.train.fit_recipe``): the loss of a batch is the policy's loss times its samples, so the
+    loop's per-unit normalisation gives the policy's mean loss; a step's samples and its loss's
+    noise (a Diffusion Policy's timesteps and noise) are drawn from the step number, so a resumed
+    run trains on what it would have. The model is saved as a policy directory (``rl.store``)."""
 
-    from .base_policies import build
-    from .store import save_policy
+    def __init__(self, kind: str, hparams: dict[str, Any], demos, obs_horizon: int, normalize_obs: bool, seed: int):
+        self.kind, self.hparams, self.demos_ref = kind, hparams, demos
+        self.obs_horizon, self.normalize_obs, self.seed = obs_horizon, normalize_obs, seed
 
-    torch.set_num_threads(1)
-    torch.manual_seed(config["seed"])
-    demos = config["demos"]
-    if isinstance(demos, ray.ObjectRef):  # still being recorded while this worker started
-        demos = ray.get(demos)
-    hp = config["hparams"]
-    obs, chunks = training_arrays(demos, hp["pred_horizon"], config["obs_horizon"])
-    if obs.shape[1] != hp["obs_dim"] or chunks.shape[2] != hp["act_dim"]:
-        raise ValueError(f"demonstrations have obs dim {obs.shape[1]} and action dim {chunks.shape[2]}, the env "
-                         f"{hp['obs_dim']} and {hp['act_dim']}")
-    obs, chunks = torch.from_numpy(obs), torch.from_numpy(chunks)
-    policy = build(config["kind"], **hp)
-    if config["normalize_obs"]:
-        policy.fit_normalizer(obs.numpy())
-    if hasattr(policy, "fit_bins"):
-        policy.fit_bins(chunks.numpy(), seed=config["seed"])
-    model = train.torch.prepare_model(policy)
-    opt = torch.optim.AdamW(model.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, config["steps"])
-    gen = torch.Generator().manual_seed(config["seed"])
-    core = model.module if hasattr(model, "module") else model
-    # the loss curve keeps 50 points; Train hears of 10 of them (a report waits for the
-    # controller's next poll, ~0.1 s here, so 50 of them cost a 200-step smoke base ~4 s)
-    every, report_every = max(1, config["steps"] // 50), max(1, config["steps"] // 10)
-    curve = []
-    for step in range(1, config["steps"] + 1):
-        idx = torch.randint(0, len(obs), (min(config["batch"], len(obs)),), generator=gen)
-        loss = core.loss(obs[idx], chunks[idx])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-        if step % every == 0 or step == config["steps"]:
-            curve.append([step, float(loss)])
-        metrics = {"step": step, "loss": float(loss)}
-        if step == config["steps"]:
-            metrics["curve"] = curve
-            if train.get_context().get_world_rank() == 0:
-                with tempfile.TemporaryDirectory() as d:
-                    save_policy(core, d)
-                    train.report(metrics, checkpoint=train.Checkpoint.from_directory(d))
-            else:
-                train.report(metrics)
-        elif step % report_every == 0:
-            train.report(metrics)
+    def setup(self) -> None:
+        import ray
+        import torch
+
+        demos = ray.get(self.demos_ref) if isinstance(self.demos_ref, ray.ObjectRef) else self.demos_ref
+        hp = self.hparams
+        obs, chunks = training_arrays(demos, hp["pred_horizon"], self.obs_horizon)
+        if obs.shape[1] != hp["obs_dim"] or chunks.shape[2] != hp["act_dim"]:
+            raise ValueError(f"demonstrations have obs dim {obs.shape[1]} and action dim {chunks.shape[2]}, the env "
+                             f"{hp['obs_dim']} and {hp['act_dim']}")
+        self.obs, self.chunks = torch.from_numpy(obs), torch.from_numpy(chunks)
+
+    def build_model(self, cfg):
+        import torch
+
+        from .base_policies import build
+
+        torch.manual_seed(cfg.seed)
+        policy = build(self.kind, **self.hparams)
+        if self.normalize_obs:
+            policy.fit_normalizer(self.obs.numpy())
+        if hasattr(policy, "fit_bins"):
+            policy.fit_bins(self.chunks.numpy(), seed=cfg.seed)
+        return policy
+
+    def step_seed(self, step: int) -> int:
+        return self.seed * 1_000_003 + step
+
+    def step_batches(self, step: int, cfg) -> list[tuple[dict[str, Any], int]]:
+        import torch
+
+        gen = torch.Generator().manual_seed(self.step_seed(step))
+        n = min(cfg.micro_batch_size, len(self.obs))
+        out = []
+        for i in range(cfg.grad_accum * cfg.num_workers):
+            idx = torch.randint(0, len(self.obs), (n,), generator=gen)
+            out.append(({"obs": self.obs[idx], "chunk": self.chunks[idx],
+                         "seed": torch.tensor(self.step_seed(step) * 64 + i)}, n))
+        return out
+
+    def loss(self, engine, batch: dict[str, Any]):
+        import torch
+
+        torch.manual_seed(int(batch["seed"]))  # the loss's own noise (diffusion timesteps and noise)
+        return engine.module.loss(batch["obs"], batch["chunk"]) * len(batch["obs"])
+
+    def units(self, batch: dict[str, Any]) -> int:
+        return len(batch["obs"])
+
+    def save(self, engine, path: Path, rank: int, zero_stage: int) -> None:
+        from .store import save_policy
+
+        if rank == 0:
+            save_policy(engine.module, path / POLICY_DIR)
+
+
+POLICY_DIR = "policy"
 
 
 def train_base(kind: str, hparams: dict[str, Any], demos, *, obs_dim: int, act_dim: int, obs_horizon: int = 1,
                steps: int, batch: int, lr: float, seed: int, storage: Path, name: str,
                normalize_obs: bool = True, weight_decay: float = 1e-6) -> tuple[Path, list[list[float]]]:
-    """Train one base policy with a one-worker TorchTrainer on the (successful) demonstrations'
-    action chunks (:func:`training_arrays`); (saved policy directory, loss curve [[step, loss],
-    ...] at 50 points).
+    """Train one base policy on one Ray Train worker, through the shared loop, on the (successful)
+    demonstrations' action chunks (:func:`training_arrays`); (saved policy directory, loss curve
+    [[step, loss], ...] at about 20 points, each the mean over the steps since the last).
 
     ``demos``: :class:`~iclr_ray.rl.store.Demos` or an ObjectRef to them, e.g. of the Ray task
     still recording them, so the Train run starts meanwhile. ``obs_dim`` is the env's observation
     size with ``obs_horizon`` frames stacked, ``act_dim`` its action size. ``normalize_obs``: the
     policy standardises observations with the training set's statistics (``fit_normalizer``);
-    ``weight_decay``: AdamW's (the official Diffusion Policy scripts' 1e-6; their BeT script's 2e-4)."""
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-
+    ``weight_decay``: AdamW's (the official Diffusion Policy scripts' 1e-6; their BeT script's 2e-4).
+    AdamW keeps torch's default betas and the lr decays on a cosine without warmup or clipping.
+    Rerunning into the same ``storage``/``name`` resumes from the last checkpoint."""
+    from ..llm.train import TrainConfig, fit_recipe, read_steps
     from .base_policies import pred_horizon
 
     full = {"obs_dim": int(obs_dim), "act_dim": int(act_dim), "pred_horizon": pred_horizon(kind, hparams), **hparams}
-    trainer = TorchTrainer(_loop, train_loop_config={"kind": kind, "hparams": full, "demos": demos,
-                                                     "obs_horizon": obs_horizon, "normalize_obs": normalize_obs,
-                                                     "steps": steps, "batch": batch,
-                                                     "lr": lr, "weight_decay": weight_decay, "seed": seed},
-                           scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
-                           run_config=RunConfig(storage_path=str(storage), name=name))
-    result = trainer.fit()
-    if result.error is not None:
-        raise result.error
-    return Path(result.checkpoint.path), result.metrics["curve"]
+    cfg = TrainConfig(model=f"bc-{kind}", micro_batch_size=batch, grad_accum=1, max_steps=steps, lr=lr,
+                      betas=(0.9, 0.999), weight_decay=weight_decay, schedule="cosine", warmup_steps=0, grad_clip=0.0,
+                      zero_stage=0, num_workers=1, log_every=max(1, steps // 20), seed=seed)
+    result = fit_recipe(cfg, BCRecipe(kind, full, demos, obs_horizon, normalize_obs, seed), storage, name)
+    curve = [[s["step"], s["loss"]] for s in read_steps(storage, name)]
+    return Path(result.checkpoint.path) / POLICY_DIR, curve

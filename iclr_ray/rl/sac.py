@@ -2,10 +2,9 @@
 buffer of single transitions, the paper's update-to-data ratio, and torch on one thread in every
 process.
 
-Why not RLlib's ``EpisodeReplayBuffer``: on this 2-core machine it cost ~0.5 ms per sampled
-transition, half in sampling the episodes and half in the learner connector that turns the sampled
-(one-step) episodes back into a batch; a SAC update on a 128 batch took ~116 ms that way, 41 ms
-from a ready batch (``benchmarks/rllib_env_steps.py`` measures both). SAC with one-step returns
+Why not RLlib's ``EpisodeReplayBuffer``: sampling one-step episodes from it and the learner
+connector that turns them back into a batch cost more than the SAC update itself on a small
+machine (``benchmarks/rllib_env_steps.py`` measures both paths). SAC with one-step returns
 needs only (s, a, r, s', terminated) rows, so :class:`DecoratedSAC` keeps them in numpy rings
 (:class:`TransitionBuffer`) and hands the learner group ready batches
 (``LearnerGroup.update(batch=...)``); sampling, the learner, the loss, the target updates and the
@@ -13,12 +12,13 @@ weight sync are RLlib's.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from ray.rllib.algorithms.sac import SAC
+
+from .settings import SACSettings
 
 ENV_NAME = "iclr_ray_residual_env"
 
@@ -147,30 +147,6 @@ class DecoratedSAC(SAC):
                                                policies=[DEFAULT_MODULE_ID], inference_only=True)
 
 
-@dataclass
-class SACSettings:
-    alpha: float = 0.1
-    """residual bound (res_scale)"""
-    H: int = 0
-    """progressive exploration horizon in env steps (0: the residual from the start)"""
-    gamma: float = 0.97
-    tau: float = 0.01
-    lr: float = 1e-4
-    batch: int = 1024
-    buffer: int = 1_000_000
-    learning_starts: int = 8000
-    utd: float = 0.25
-    """gradient updates per env step"""
-    initial_entropy_alpha: float = 0.2
-    grad_clip: float = 50.0
-    hidden: list[int] = field(default_factory=lambda: [256, 256, 256])
-    num_env_runners: int = 0
-    envs_per_runner: int = 1
-    rollout_fragment: int = 8
-    residual_sees_base: bool = False
-    seed: int = 0
-
-
 def register_env() -> None:
     from ray.tune.registry import register_env as reg
 
@@ -179,15 +155,17 @@ def register_env() -> None:
     reg(ENV_NAME, rllib_env)
 
 
-def sac_config(env_config: dict[str, Any], s: SACSettings):
-    """The AlgorithmConfig of one decorated-SAC run (build it with ``.build_algo()``)."""
+def sac_config(env_config: dict[str, Any], s: SACSettings, *, alpha: float, H: int, seed: int = 0):
+    """The AlgorithmConfig of one decorated-SAC run (build it with ``.build_algo()``): residual
+    bound ``alpha`` (res_scale), progressive-exploration horizon ``H`` in SAC steps (0: the
+    residual from the start); alpha 1 and H 0 on a zero base is plain SAC."""
     from ray.rllib.algorithms.sac import SACConfig
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
     from .residual import ResidualSACModule
 
     register_env()
-    model = {"fcnet_hiddens": list(s.hidden), "fcnet_activation": "relu", "twin_q": True, "alpha": s.alpha, "H": s.H,
+    model = {"fcnet_hiddens": list(s.hidden), "fcnet_activation": "relu", "twin_q": True, "alpha": alpha, "H": H,
              "learning_starts": s.learning_starts, "num_env_runners": max(1, s.num_env_runners),
              "residual_sees_base": s.residual_sees_base}
     one_thread = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -206,8 +184,11 @@ def sac_config(env_config: dict[str, Any], s: SACSettings):
                   # RLlib builds this (its config check asks for an episode buffer); DecoratedSAC
                   # never fills it and reads its capacity for its TransitionBuffer
                   replay_buffer_config={"type": "EpisodeReplayBuffer", "capacity": s.buffer}, n_step=1)
-        .reporting(metrics_num_episodes_for_smoothing=20)
-        .debugging(seed=s.seed)
+        # one training step per train() call: SAC's defaults repeat the step until a second has
+        # passed, which made the env steps between two evaluations depend on the machine's speed
+        .reporting(metrics_num_episodes_for_smoothing=20, min_time_s_per_iteration=0,
+                   min_sample_timesteps_per_iteration=0)
+        .debugging(seed=seed)
         .python_environment(extra_python_environs_for_worker=one_thread)
     )
 

@@ -206,3 +206,49 @@ def test_base_policy_trains_through_ray_train(ray_cluster, tmp_path):
     with pytest.raises(ray.train.WorkerGroupError, match="obs dim 3 .* the env 5"):  # another env's demos
         train_base("mlp", {}, demos, obs_dim=5, act_dim=2, steps=5, batch=8, lr=1e-3, seed=0, storage=tmp_path,
                    name="wrong")
+
+
+def test_bc_recipe_batches_are_a_function_of_the_step_and_its_loss_is_the_policy_s_mean():
+    """Behaviour cloning as a recipe of the shared Train loop: the same step gives the same rows and
+    the same loss noise (a resumed run trains on what it would have), and the loop's per-unit
+    normalisation of the summed loss gives back the policy's own mean loss."""
+    from types import SimpleNamespace
+
+    from iclr_ray.llm.train import TrainConfig
+    from iclr_ray.rl.offline import BCRecipe
+
+    demos = record_demos({"suite": "slot", "reward": "sparse"}, scripted_expert, 3, seed=0, noise=0.2)
+    hp = {"obs_dim": 3, "act_dim": 2, **KINDS["diffusion"]}
+    recipe = BCRecipe("diffusion", hp, demos, obs_horizon=1, normalize_obs=True, seed=4)
+    recipe.setup()
+    cfg = TrainConfig(micro_batch_size=16, grad_accum=2, num_workers=1, seed=4)
+    a, b, c = recipe.step_batches(7, cfg), recipe.step_batches(7, cfg), recipe.step_batches(8, cfg)
+    assert len(a) == 2 and all(x[1] == 16 and x[0]["obs"].shape == (16, 3) for x in a)
+    assert all(torch.equal(x[0]["obs"], y[0]["obs"]) for x, y in zip(a, b))
+    assert not torch.equal(a[0][0]["obs"], c[0][0]["obs"]) and not torch.equal(a[0][0]["obs"], a[1][0]["obs"])
+    policy = recipe.build_model(cfg)
+    engine = SimpleNamespace(module=policy)
+    batch = a[0][0]
+    first, again = recipe.loss(engine, batch), recipe.loss(engine, batch)
+    assert first.item() == again.item()  # the diffusion noise is drawn from the step, not the global state
+    torch.manual_seed(int(batch["seed"]))
+    assert recipe.units(batch) == 16 and first.item() / 16 == pytest.approx(
+        policy.loss(batch["obs"], batch["chunk"]).item(), rel=1e-6)
+
+
+@pytest.mark.slow
+def test_behaviour_cloning_resumes_from_its_checkpoint_to_the_same_policy(ray_cluster, tmp_path):
+    """A worker killed mid-run: Ray Train restarts from the last checkpoint and the shared loop
+    ends on the very policy an uninterrupted run ends on."""
+    from iclr_ray.llm.train import TrainConfig, fit_recipe
+    from iclr_ray.rl.offline import POLICY_DIR, BCRecipe
+
+    demos = record_demos({"suite": "slot", "reward": "sparse"}, scripted_expert, 3, seed=0, noise=0.2)
+    hp = {"obs_dim": 3, "act_dim": 2, "pred_horizon": 1, "act_horizon": 1, "hidden": [16]}
+    cfg = TrainConfig(model="bc-mlp", micro_batch_size=32, max_steps=6, lr=1e-2, grad_clip=0.0, zero_stage=0,
+                      num_workers=1, checkpoint_every=2, seed=1)
+    whole = fit_recipe(cfg, BCRecipe("mlp", hp, demos, 1, True, 1), tmp_path, "whole")
+    cut = fit_recipe(cfg, BCRecipe("mlp", hp, demos, 1, True, 1), tmp_path, "cut", fail_once_at_step=3)
+    assert cut.metrics["resumed_from"] == 2 and whole.metrics["resumed_from"] == 0
+    a, b = (store.load_policy(r.checkpoint.path + "/" + POLICY_DIR) for r in (whole, cut))
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))

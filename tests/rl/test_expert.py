@@ -28,15 +28,12 @@ def test_expert_trains_on_the_dense_reward_and_its_episodes_are_recorded(ray_clu
     torch.manual_seed(0)
     s = SACSettings(batch=32, learning_starts=64, buffer=2000, hidden=[32, 32], envs_per_runner=2,
                     rollout_fragment=16, utd=0.25)
-    logged = []
-    demos, curve = expert_demos({"suite": "slot", "seed": 0, "reward": "sparse"}, s, 400, 3, 5, 0.0, tmp_path / "x",
-                                log=logged.append)
+    demos, curve = expert_demos({"suite": "slot", "seed": 0, "reward": "sparse"}, s, 400, 3, 5, 0.0, tmp_path / "x")
     # the demonstrations: seeds 5, 6, 7, single-frame slot observations, actions in the box
     assert demos.seeds.tolist() == [5, 6, 7] and demos.obs.shape[1] == 3 and demos.actions.shape[1] == 2
     assert len(demos.obs) == len(demos.actions) == demos.starts[-1] and np.abs(demos.actions).max() <= 1
     # the training curve is the dense return (negative distances: below 0 on an unsolved task)
     assert curve and curve[-1]["env_steps"] >= 400 and all(np.isfinite(p["return"]) for p in curve)
-    assert any("mean dense return" in line for line in logged)
     # the recorded actions are the saved expert's deterministic ones (noise 0): replaying each
     # episode's observations through the reloaded checkpoint (zeros where a_base goes) gives them
     act = reload_actor(tmp_path / "x" / "checkpoint")
@@ -58,3 +55,18 @@ def test_expert_trains_on_the_dense_reward_and_its_episodes_are_recorded(ray_clu
                                            r"demos.expert_steps"):
         make_demos(task, 0, str(tmp_path / "study"), s)
     assert (tmp_path / "study" / "expert" / "checkpoint").is_dir()
+
+
+def test_recent_returns_average_about_the_last_episodes_over_iterations_without_any():
+    from iclr_ray.rl.expert import RecentReturns
+
+    r = RecentReturns(4)
+    r.add(None, 0)
+    assert np.isnan(r.mean())
+    r.add(-10.0, 2)  # two episodes ended, mean -10
+    r.add(float("nan"), 2)  # none ended in this iteration
+    assert r.mean() == -10.0
+    r.add(-4.0, 3)  # one more
+    assert r.mean() == pytest.approx((-10 * 2 - 4) / 3)
+    r.add(-1.0, 7)  # four more: the oldest iterations drop out once the rest cover 4 episodes
+    assert r.mean() == -1.0

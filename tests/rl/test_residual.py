@@ -122,9 +122,9 @@ def test_one_sac_update_on_the_slot_env_and_checkpoint_reload(ray_cluster, tmp_p
     base = store.save_policy(base_policies.build("mlp", obs_dim=3, act_dim=2, hidden=(16,), pred_horizon=chunk,
                                                  act_horizon=chunk), tmp_path / "base")
     env_cfg = {"suite": "slot", "base": str(base), "reward": "shifted", "seed": 0, "residual_chunk": chunk > 1}
-    s = SACSettings(alpha=0.2, H=0, batch=32, learning_starts=64, buffer=2000, hidden=[32, 32], envs_per_runner=2,
+    s = SACSettings(batch=32, learning_starts=64, buffer=2000, hidden=[32, 32], envs_per_runner=2,
                     rollout_fragment=16)
-    algo = sac_config(env_cfg, s).build_algo()
+    algo = sac_config(env_cfg, s, alpha=0.2, H=0).build_algo()
     try:
         before = {k: v.clone() for k, v in algo.get_module().pi.state_dict().items()}
         results = [algo.train() for _ in range(3)]
