@@ -3,9 +3,10 @@ against a straightforward per-step Python loop of the same policy (CS-UCB, plain
 at a time, its reward table drawn up front), on the same instance and the same counter-based
 rewards; the loop's pulls are checked to be the engine's. Also: the engine stepping a single run (numpy on 1 x K arrays), and PE-CS, whose
 settled runs the engine accounts in one block; and the RLlib engine (an RLlib Algorithm whose env
-runners play one run per episode) on a shorter horizon, checked to pull the same arms.
+runners step all the runs of a cell at once, one episode per cell) on a shorter horizon, checked
+to pull the same arms.
 
-    python benchmarks/bandit_engine.py [--T 20000] [--runs 200] [--loop-runs 3] [--rllib-T 2000]
+    python benchmarks/bandit_engine.py [--T 20000] [--runs 200] [--loop-runs 3] [--rllib-T 5000]
 """
 from __future__ import annotations
 
@@ -41,22 +42,26 @@ def cs_ucb_loop(mu, cost, T: int, alpha: float, key) -> list[int]:
     return arms
 
 
-def rllib_rates(inst, alpha: float, T: int) -> dict[int, tuple[float, bool]]:
-    """Pulls/s of the RLlib engine with 0 (the driver's own) and 2 env runners, 4 runs each."""
+def rllib_rates(inst, alpha: float, T: int, runs: int) -> dict[int, tuple[float, bool]]:
+    """Pulls/s of the RLlib engine with 0 (the driver's own) and 2 env runners: four cells (CS-UCB
+    at four alphas) of ``runs`` runs each, every env step pulling an arm in all of a cell's runs."""
     import ray
 
     from iclr_ray.runtime import connect
-    from iclr_ray.studies.mab_cs.run import simulate_rllib
+    from iclr_ray.studies.mab_cs.run import simulate_rllib_cells
 
-    runs = [0, 1, 2, 3]
-    ref = simulate(inst, "cs_ucb", "subsidy", alpha, T, seed=0, runs=runs, record_arms=True)
+    alphas = [alpha, alpha / 2, alpha * 1.5, alpha / 4]
+    cells = [{"instance": inst.name, "policy": "cs_ucb", "setting": "subsidy", "alpha": a, "T": T, "runs": runs}
+             for a in alphas]
+    refs = [simulate(inst, "cs_ucb", "subsidy", a, T, seed=0, runs=range(runs), record_arms=True) for a in alphas]
     out = {}
     with connect(None):
         ray.get(ray.put(0))
         for runners in (0, 2):
             t0 = time.perf_counter()
-            tr = simulate_rllib(inst, "cs_ucb", "subsidy", alpha, T, seed=0, runs=runs, env_runners=runners)
-            out[runners] = (len(runs) * T / (time.perf_counter() - t0), bool(np.array_equal(tr.arms, ref.arms)))
+            traces = simulate_rllib_cells(cells, {inst.name: inst}, seed=0, env_runners=runners)
+            out[runners] = (len(cells) * runs * T / (time.perf_counter() - t0),
+                            all(np.array_equal(tr.arms, ref.arms) for tr, ref in zip(traces, refs)))
     return out
 
 
@@ -65,7 +70,8 @@ def main() -> None:
     ap.add_argument("--T", type=int, default=20_000)
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--loop-runs", type=int, default=3)
-    ap.add_argument("--rllib-T", type=int, default=2000)
+    ap.add_argument("--rllib-T", type=int, default=5000)
+    ap.add_argument("--rllib-runs", type=int, default=50)
     args = ap.parse_args()
     inst, alpha, T = SYNTH10, 0.2, args.T
 
@@ -87,7 +93,7 @@ def main() -> None:
     pecs = simulate(inst, "pe_cs", "subsidy", alpha, 1_000_000, seed=0, runs=range(args.runs))
     pecs_rate = args.runs * 1_000_000 / (time.perf_counter() - t0)
 
-    rllib = rllib_rates(inst, alpha, args.rllib_T)
+    rllib = rllib_rates(inst, alpha, args.rllib_T, args.rllib_runs)
 
     print(f"instance {inst.name} (K = {inst.K}), alpha {alpha}, T = {T}")
     print(f"CS-UCB, per-step Python loop, 1 run at a time: {loop_rate:12,.0f} pulls/s")
@@ -97,7 +103,8 @@ def main() -> None:
           f"({pecs.stepped:,} of 1,000,000 steps stepped, the rest after every run had settled)")
     print(f"identical pulls (loop vs engine, {args.loop_runs} runs): {same}")
     for runners, (rate, same_rl) in rllib.items():
-        print(f"CS-UCB, RLlib engine, {runners} env runner(s), 4 runs of T = {args.rllib_T}: {rate:8,.0f} pulls/s "
+        print(f"CS-UCB, RLlib engine, {runners} env runner(s), 4 cells of {args.rllib_runs} runs, T = {args.rllib_T}: "
+              f"{rate:8,.0f} pulls/s "
               f"(building the Algorithm and its env runners included; same pulls as the vectorised engine: {same_rl})")
     print(f"ratio vectorised / loop: {vec_rate / loop_rate:.1f}x (CS-UCB), {pecs_rate / loop_rate:.0f}x (PE-CS)")
     for runners, (rate, _) in rllib.items():

@@ -2,14 +2,19 @@
 stack, without torch and without a learner.
 
 A bandit policy must see each reward before its next pull, so its statistics live in the RLModule
-on the env runner: the observation of step t carries (t, the arm of step t-1, its reward, the run
-index), and the module's forward updates the policy with the previous pull, then picks the next
-arm. One RLlib episode is one run of the bandit. The Algorithm's training step samples one complete
-episode per env runner and, from each sampled episode, completes the run's statistics with its last
-pull (the terminal observation never reaches the module) and hands the run back to the caller.
+on the env runner. An env holds a batch of R runs and one env step advances all of them: the
+observation of step t is an (R + 1) x 2 array, row 0 (t, the item), row 1 + r (the arm run r pulled
+at t - 1, its reward); the module's forward updates the item's vectorised policy with those pulls,
+then picks the next arm of every run. One RLlib episode is one *item*: R runs of one policy on one
+problem for T steps. An env plays the items of its config in turn (env runner i of n plays every
+n-th), so one Algorithm rolls out a whole experiment. The Algorithm's training step samples one
+complete episode per env runner and, from each, completes the policy's statistics with the last
+pulls (the terminal observation never reaches the module) and hands the item back to the caller.
 
-The policy object comes from ``model_config["make_policy"](run_index)``: anything with
-``select(t) -> arms`` and ``update(t, arms, rewards)`` over one run (R = 1).
+The policy object comes from ``model_config["make_policy"](item)``: anything with ``select(t) ->
+arms (R,)``, ``update(t, arms, rewards)`` over its R runs, ``n`` (its R x K pull counts) and
+``state()``. Items with fewer runs than the env's widest use its first rows; the env marks the
+other rows' arms -1.
 
 Traps of RLlib 2.60 this avoids (each found by trying): the default env-to-module pipeline ends in
 ``NumpyToTensor``, which refuses a module that is not torch; an empty pipeline leaves the module
@@ -28,10 +33,6 @@ from ray.rllib.core import COMPONENT_LEARNER
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.rl_module.rl_module import RLModule, RLModuleSpec
 from ray.rllib.utils.metrics import ENV_RUNNER_RESULTS
-
-# observation columns
-T_COL, ARM_COL, REWARD_COL, RUN_COL = range(4)
-
 
 class LatestObservations(ConnectorV2):
     """Env-to-module: the latest observation of each sub-environment, stacked as numpy."""
@@ -53,15 +54,16 @@ class OnlinePolicyModule(RLModule):
 
     def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         obs = batch[Columns.OBS]
-        actions = np.empty(len(obs), np.int64)
-        for i, row in enumerate(obs):
-            t, run = int(row[T_COL]), int(row[RUN_COL])
+        actions = np.zeros((len(obs), obs.shape[1] - 1), np.int64)  # one arm per run row
+        for i, o in enumerate(obs):
+            t, item = int(o[0, 0]), int(o[0, 1])
             if t == 1 or i not in self.policies:
-                self.policies[i] = self.make_policy(run)
+                self.policies[i] = self.make_policy(item)
             pol = self.policies[i]
+            R = len(pol.n)
             if t > 1:
-                pol.update(t - 1, np.array([int(row[ARM_COL])]), np.array([row[REWARD_COL]]))
-            actions[i] = pol.select(t)[0]
+                pol.update(t - 1, o[1:R + 1, 0].astype(np.int64), o[1:R + 1, 1])
+            actions[i, :R] = pol.select(t)
         return {Columns.ACTIONS: actions}
 
     def get_state(self, components=None, *, not_components=None, inference_only=False, **kwargs):
@@ -116,9 +118,8 @@ def _latest_observations(env=None, spaces=None, device=None):
 
 
 class OnlinePolicyAlgorithm(Algorithm):
-    """training_step: one complete episode (run) from every env runner; the runs are kept in
-    ``self.runs`` as dicts with the run index, the arms pulled, the rewards and the policy's
-    final state (last pull included)."""
+    """training_step: one complete episode (item) from every env runner, kept in ``self.items``
+    as dicts with the item index, the arms pulled and the rewards seen (R x T each)."""
 
     @classmethod
     def get_default_config(cls) -> OnlinePolicyConfig:
@@ -126,24 +127,21 @@ class OnlinePolicyAlgorithm(Algorithm):
 
     def setup(self, config):
         super().setup(config)
-        self.runs: list[dict[str, Any]] = []
+        self.items: list[dict[str, Any]] = []
 
     def training_step(self) -> None:
         local = self.env_runner_group.num_remote_workers() <= 0
 
         def sample(runner):
-            episodes = runner.sample(explore=True)
-            return episodes, runner.get_metrics(), runner.module.get_state()
+            return runner.sample(num_episodes=1, explore=True), runner.get_metrics()
 
         out = self.env_runner_group.foreach_env_runner(sample, local_env_runner=local)
         self.metrics.aggregate([o[1] for o in out], key=ENV_RUNNER_RESULTS)
-        make_policy = self.config.model_config["make_policy"]
-        for episodes, _, states in out:
-            for i, ep in enumerate(episodes):
-                arms = np.asarray(ep.get_actions(), np.int64)
-                rewards = np.asarray(ep.get_rewards(), np.float64)
-                run = int(ep.get_observations(0)[RUN_COL])
-                pol = make_policy(run)
-                pol.set_state(states[str(i)])
-                pol.update(len(arms), arms[-1:], rewards[-1:])  # the pull the module never saw answered
-                self.runs.append({"run": run, "arms": arms, "rewards": rewards, "policy": pol})
+        for episodes, _ in out:
+            for ep in episodes:
+                if not ep.is_done:
+                    continue
+                obs = np.asarray(ep.get_observations())  # (T + 1) x (R_env + 1) x 2, the terminal one last
+                arms = np.asarray(ep.get_actions(), np.int64).T
+                R = int(np.count_nonzero(obs[1, 1:, 0] >= 0))  # rows of the item's runs; the rest are padding
+                self.items.append({"item": int(obs[0, 0, 1]), "arms": arms[:R], "rewards": obs[1:, 1:R + 1, 1].T})

@@ -7,7 +7,9 @@ from typing import Any
 import numpy as np
 
 from ...claims import Claim
+from ...markdown import fmt, table
 from .bandit import Instance
+from .config import Config
 
 BASELINES = ("cs_ucb", "cs_ts", "cs_etc")
 
@@ -92,7 +94,7 @@ def worst_by_policy(rows: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def analyse(cfg, instances: dict[str, Instance], results: list[dict[str, Any]]) -> dict[str, Any]:
+def analyse(cfg: Config, instances: dict[str, Instance], results: list[dict[str, Any]]) -> dict[str, Any]:
     rows = [summarise(r, instances[r["instance"]]) for r in results]
     by = {e: [r for r in rows if r["experiment"] == e] for e in ("curves", "horizons", "gaps", "alpha_sweep", "ell_sweep")}
     used = {r["instance"] for r in rows}
@@ -110,7 +112,7 @@ def analyse(cfg, instances: dict[str, Instance], results: list[dict[str, Any]]) 
     }
 
 
-def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
+def claims(metrics: dict[str, Any], cfg: Config) -> list[Claim]:
     out = []
     for fit in metrics["horizon_fits"]:
         name = {"pe": "PE (known reference arm)", "pe_cs": "PE-CS (subsidised best reward)"}[fit["policy"]]
@@ -162,20 +164,13 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
     return out
 
 
-def _fmt(x) -> str:
-    return f"{x:.2f}" if _finite(x) else "n/a"
-
-
 def _table(rows: list[dict[str, Any]], keys: list[str]) -> str:
-    head = "| " + " | ".join(keys + ["target", "cost regret", "quality regret", "total ± se"]) + " |"
-    lines = [head, "|" + "---|" * (len(keys) + 4)]
-    for r in rows:
-        lines.append("| " + " | ".join([*(str(r.get(k)) for k in keys), str(r["target"]), f"{r['cost']:.1f}",
-                                        f"{r['quality']:.1f}", f"{r['total']:.1f} ± {r['total_se']:.1f}"]) + " |")
-    return "\n".join(lines)
+    return table([*keys, "target", "cost regret", "quality regret", "total ± se"],
+                 [[*(str(r.get(k)) for k in keys), str(r["target"]), f"{r['cost']:.1f}", f"{r['quality']:.1f}",
+                   f"{r['total']:.1f} ± {r['total_se']:.1f}"] for r in rows])
 
 
-def report_md(metrics: dict[str, Any]) -> str:
+def report_md(metrics: dict[str, Any], cfg: Config) -> str:
     parts = [f"Engine: {metrics['engine']}; rewards: {metrics['reward']}; {metrics['pulls']:,} arm pulls "
              f"({metrics['pulls_stepped']:,} stepped one by one, the rest after every run had settled) "
              f"in {metrics['task_seconds']:.0f} s of Ray task time."]
@@ -185,8 +180,8 @@ def report_md(metrics: dict[str, Any]) -> str:
         if metrics.get(name):
             parts.append(f"### {name}\n\n{_table(metrics[name], keys)}")
     if metrics.get("curves"):
-        lines = ["| instance | policy | cost exponent | quality exponent |", "|---|---|---|---|"]
-        lines += [f"| {r['instance']} | {r['policy']} | {_fmt(r['cost_exponent'])} | {_fmt(r['quality_exponent'])} |"
-                  for r in metrics["curves"]]
-        parts.append("### growth exponents over the last decade of t (1 = linear)\n\n" + "\n".join(lines))
+        exps = table(["instance", "policy", "cost exponent", "quality exponent"],
+                     [[r["instance"], r["policy"], fmt(r["cost_exponent"], ".2f"), fmt(r["quality_exponent"], ".2f")]
+                      for r in metrics["curves"]])
+        parts.append("### growth exponents over the last decade of t (1 = linear)\n\n" + exps)
     return "\n\n".join(parts)

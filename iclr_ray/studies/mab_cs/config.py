@@ -96,8 +96,8 @@ class Config(StudyConfig):
     reward: Literal["bernoulli", "uniform"] = "bernoulli"
     """reward model: Bernoulli(mu), or uniform on [mu - w, mu + w] with w = min(mu, 1 - mu)"""
     engine: Literal["vectorised", "rllib"] = "vectorised"
-    """vectorised: runs as numpy arrays in Ray tasks; rllib: RLlib env runners, one run per episode
-    (the same pulls, about 400x fewer pulls per second; needs the rl extra)"""
+    """vectorised: runs as numpy arrays in Ray tasks; rllib: RLlib env runners, one episode per
+    simulation whose env steps pull an arm in all its runs (the same pulls; needs the rl extra)"""
     rllib_env_runners: int = Field(2, ge=0)
     """env runners of each RLlib Algorithm (0: the driver's own env runner)"""
     kappa: int = Field(5, ge=0)

@@ -11,6 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import NullFormatter  # noqa: E402
 import numpy as np  # noqa: E402
 
+from .config import Config  # noqa: E402
+
 STYLE = {"pe": ("tab:blue", "o"), "pe_asym": ("tab:cyan", "D"), "pe_cs": ("tab:purple", "o"),
          "cs_ucb": ("tab:red", "^"), "cs_ts": ("tab:green", "s"), "cs_etc": ("tab:orange", "v")}
 LABEL = {"pe": "PE", "pe_asym": "asymmetric PE", "pe_cs": "PE-CS", "cs_ucb": "CS-UCB", "cs_ts": "CS-TS",
@@ -81,7 +83,7 @@ def sweep(rows: list[dict[str, Any]], key: str, xlabel: str):
     return fig
 
 
-def plot_all(metrics: dict[str, Any]) -> dict[str, Any]:
+def plot_all(metrics: dict[str, Any], cfg: Config) -> dict[str, Any]:
     figs = {}
     if metrics.get("curves"):
         figs["regret_vs_t"] = curves(metrics["curves"])

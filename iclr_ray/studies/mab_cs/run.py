@@ -1,7 +1,8 @@
 """mab_cs on Ray: every (experiment, instance, policy, alpha, ell, horizon) cell is split into
 chunks of runs, one Ray task per chunk; a task advances its runs together with the vectorised
-engine. With ``engine=rllib`` each cell is rolled out instead by an RLlib Algorithm whose env
-runners play one run per episode, the policy living in the RLModule (iclr_ray/rl/online.py).
+engine. With ``engine=rllib`` one RLlib Algorithm rolls out every cell instead: each cell is one
+episode of the bandit env, whose every env step pulls an arm in all the cell's runs, its policy
+living in the env runner's RLModule (iclr_ray/rl/online.py).
 Runs are indexed, and run r draws the same rewards in every cell, so policies are compared on
 common random numbers."""
 from __future__ import annotations
@@ -64,44 +65,75 @@ def _chunk(tr: Trace, seconds: float) -> dict:
             "stepped": runs * tr.stepped, "seconds": seconds}
 
 
-def one_run_policy(run: int, policy: str, cost: list[float], T: int, seed: int, alpha: float, setting: str,
-                   ell: int | None, reward_model: str, kappa: int, etc_factor: float):
-    """The policy of a single run (R = 1), as the RLlib module builds it for each episode."""
-    return make_policy(policy, cost, T, run_keys(seed, [run]), alpha, setting, ell, reward_model, kappa, etc_factor)
+def item_policy(item: int, *, cells: list[dict[str, Any]], costs: list[list[float]], run_ids: list[list[int]],
+                seed: int, reward_model: str, kappa: int, etc_factor: float):
+    """The vectorised policy of one RLlib item (a whole cell: all its runs), built on the env runner."""
+    c = cells[item]
+    return make_policy(c["policy"], costs[item], c["T"], run_keys(seed, run_ids[item]), c["alpha"], c["setting"],
+                       c.get("ell"), reward_model, kappa, etc_factor)
+
+
+def simulate_rllib_cells(cells: list[dict[str, Any]], instances: dict[str, Instance], seed: int, *,
+                         reward_model: str = "bernoulli", kappa: int = 5, etc_factor: float = 5.0, points: int = 40,
+                         env_runners: int = 1, progress=None) -> list[Trace]:
+    """Every cell rolled out by one RLlib Algorithm: each cell is one episode (item) of the bandit
+    env, all its runs advancing together in each env step, its vectorised policy in the env
+    runner's RLModule (``rl.online``); ``env_runners`` env runners play the cells in turn (0: the
+    driver's own). A cell's runs are 0..runs-1, or its ``run_ids``. Returns each cell's
+    :class:`Trace`, in cell order."""
+    from ...rl.online import OnlinePolicyConfig
+    from .env import BanditEnv
+
+    order = sorted(range(len(cells)), key=lambda i: -cells[i]["T"] * cells[i]["runs"])  # longest first
+    todo = [cells[i] for i in order]
+    run_ids = [list(c.get("run_ids", range(c["runs"]))) for c in todo]
+    items = [{"mu": list(instances[c["instance"]].mu), "T": c["T"], "runs": ids} for c, ids in zip(todo, run_ids)]
+    env_runners = min(env_runners, len(items))
+    make = functools.partial(item_policy, cells=todo, costs=[list(instances[c["instance"]].cost) for c in todo],
+                             run_ids=run_ids, seed=seed, reward_model=reward_model, kappa=kappa, etc_factor=etc_factor)
+    config = (OnlinePolicyConfig()
+              .environment(BanditEnv, env_config={"items": items, "seed": seed, "reward_model": reward_model,
+                                                  "num_env_runners": env_runners})
+              .env_runners(num_env_runners=env_runners, num_cpus_per_env_runner=1)
+              .rl_module(model_config={"make_policy": make}))
+    algo = config.build_algo()
+    done: dict[int, dict[str, Any]] = {}
+    try:
+        while len(done) < len(items):
+            algo.train()
+            for it in algo.items:
+                if it["item"] not in done and progress is not None:
+                    progress.update()
+                done.setdefault(it["item"], it)
+            algo.items.clear()
+    finally:
+        algo.stop()
+    traces: list[Trace | None] = [None] * len(cells)
+    for k, i in enumerate(order):
+        traces[i] = trace_of_arms(instances[cells[i]["instance"]], cells[i], done[k]["arms"], points)
+    return traces  # type: ignore[return-value]
+
+
+def trace_of_arms(inst: Instance, cell: dict[str, Any], arms: np.ndarray, points: int) -> Trace:
+    """Regret at the checkpoints and pulls at T of runs given by their arms (R x T)."""
+    T = cell["T"]
+    times = checkpoints(T, points)
+    regret = Regret(inst, cell["setting"], cell["alpha"], cell.get("ell"))
+    cost, quality = np.zeros((len(arms), len(times))), np.zeros((len(arms), len(times)))
+    for i, t in enumerate(times):
+        cost[:, i], quality[:, i] = regret(np.stack([np.bincount(a[:t], minlength=inst.K) for a in arms]))
+    pulls = np.stack([np.bincount(a, minlength=inst.K) for a in arms])
+    return Trace(times, cost, quality, pulls, arms.astype(np.int16), T)
 
 
 def simulate_rllib(inst: Instance, policy: str, setting: str, alpha: float, T: int, seed: int, runs: list[int],
                    ell: int | None = None, reward_model: str = "bernoulli", kappa: int = 5, etc_factor: float = 5.0,
                    points: int = 40, env_runners: int = 1) -> Trace:
-    """The same runs rolled out by RLlib: an Algorithm whose ``env_runners`` env runners each play
-    one run per training step (one episode of T pulls), the policy living in the RLModule."""
-    from ...rl.online import OnlinePolicyConfig
-    from .env import BanditEnv
-
-    env_runners = min(env_runners, len(runs))  # each env runner plays its share of the runs
-    make = functools.partial(one_run_policy, policy=policy, cost=list(inst.cost), T=T, seed=seed, alpha=alpha,
-                             setting=setting, ell=ell, reward_model=reward_model, kappa=kappa, etc_factor=etc_factor)
-    config = (OnlinePolicyConfig()
-              .environment(BanditEnv, env_config={"mu": list(inst.mu), "T": T, "seed": seed, "runs": list(runs),
-                                                  "reward_model": reward_model, "num_env_runners": env_runners})
-              .env_runners(num_env_runners=env_runners, num_cpus_per_env_runner=1)
-              .rl_module(model_config={"make_policy": make}))
-    algo = config.build_algo()
-    try:
-        while len({r["run"] for r in algo.runs}) < len(runs):
-            algo.train()
-    finally:
-        algo.stop()
-    by_run = {r["run"]: r for r in algo.runs}
-    arms = np.stack([by_run[r]["arms"] for r in runs])
-    times = checkpoints(T, points)
-    regret = Regret(inst, setting, alpha, ell)
-    cost, quality = np.zeros((len(runs), len(times))), np.zeros((len(runs), len(times)))
-    for i, t in enumerate(times):
-        pulls = np.stack([np.bincount(a[:t], minlength=inst.K) for a in arms])
-        cost[:, i], quality[:, i] = regret(pulls)
-    pulls = np.stack([by_run[r]["policy"].n[0] for r in runs])
-    return Trace(times, cost, quality, pulls, arms.astype(np.int16), T)
+    """One cell's runs ``runs`` rolled out by RLlib (:func:`simulate_rllib_cells` for one cell)."""
+    cell = {"instance": inst.name, "policy": policy, "setting": setting, "alpha": alpha, "T": T, "ell": ell,
+            "runs": len(runs), "run_ids": list(runs)}
+    return simulate_rllib_cells([cell], {inst.name: inst}, seed, reward_model=reward_model, kappa=kappa,
+                                etc_factor=etc_factor, points=points, env_runners=env_runners)[0]
 
 
 def cells(cfg: Config, instances: dict[str, Instance]) -> list[dict[str, Any]]:
@@ -141,36 +173,33 @@ def cells(cfg: Config, instances: dict[str, Instance]) -> list[dict[str, Any]]:
 
 
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
-    instances = dict(ctx.inputs if ctx.inputs is not None else prepare(cfg))
+    instances = dict(ctx.inputs)
     for gap in cfg.gaps.gaps:
         inst = data.two_arm(gap)
         instances[inst.name] = inst
     todo = cells(cfg, instances)
     common = {"reward_model": cfg.reward, "kappa": cfg.kappa, "etc_factor": cfg.etc_factor, "points": cfg.points}
-    # the costliest tasks first, so the last ones to finish are short
-    work = [(cell, runs[i:i + cfg.runs_per_task]) for cell in todo
-            for runs in [list(range(cell["runs"]))] for i in range(0, cell["runs"], cfg.runs_per_task)]
-    work.sort(key=lambda w: -len(w[1]) * w[0]["T"] * (5 if w[0]["policy"] == "cs_ts" else 1))
+    runs_total = sum(c["runs"] for c in todo)
     if cfg.engine == "rllib":
-        print(f"  {len(todo)} simulations of {sum(c['runs'] for c in todo)} runs, each through an RLlib "
-              f"Algorithm with {cfg.rllib_env_runners} env runner(s) ...", flush=True)
-        bar = ctx.progress(len(work), "simulations")
-        outs = []
-        for cell, runs in work:
-            start = time.perf_counter()
-            tr = simulate_rllib(instances[cell["instance"]], cell["policy"], cell["setting"], cell["alpha"], cell["T"],
-                                cfg.seed, runs, ell=cell.get("ell"), env_runners=cfg.rllib_env_runners, **common)
-            outs.append(_chunk(tr, time.perf_counter() - start))
-            bar.update()
+        ctx.say("%d simulations of %d runs through one RLlib Algorithm, %d env runner(s), each simulation one "
+                "episode whose env steps pull an arm in all its runs ...", len(todo), runs_total, cfg.rllib_env_runners)
+        start = time.perf_counter()
+        traces = simulate_rllib_cells(todo, instances, cfg.seed, env_runners=cfg.rllib_env_runners,
+                                      progress=ctx.progress(len(todo), "simulations"), **common)
+        seconds = time.perf_counter() - start
+        steps = sum(c["T"] * c["runs"] for c in todo)
+        merged = {id(c): [_chunk(tr, seconds * c["T"] * c["runs"] / steps)] for c, tr in zip(todo, traces)}
     else:
+        # the costliest tasks first, so the last ones to finish are short
+        work = [(cell, runs[i:i + cfg.runs_per_task]) for cell in todo
+                for runs in [list(range(cell["runs"]))] for i in range(0, cell["runs"], cfg.runs_per_task)]
+        work.sort(key=lambda w: -len(w[1]) * w[0]["T"] * (5 if w[0]["policy"] == "cs_ts" else 1))
         inst_refs = {name: ray.put(instances[name]) for name in {c["instance"] for c in todo}}
         refs = [simulate_chunk.remote(inst_refs[cell["instance"]], cell, cfg.seed, runs, common) for cell, runs in work]
-        print(f"  {len(todo)} simulations of {sum(c['runs'] for c in todo)} runs in {len(refs)} Ray tasks "
-              f"(vectorised engine) ...", flush=True)
-        outs = ctx.wait_all(refs, "simulations")
-    merged: dict[int, list[dict]] = {}
-    for (cell, _), out in zip(work, outs):
-        merged.setdefault(id(cell), []).append(out)
+        ctx.say("%d simulations of %d runs in %d Ray tasks (vectorised engine) ...", len(todo), runs_total, len(refs))
+        merged = {}
+        for (cell, _), out in zip(work, ctx.wait_all(refs, "simulations")):
+            merged.setdefault(id(cell), []).append(out)
     results = []
     for cell in todo:
         chunks = merged[id(cell)]
@@ -183,9 +212,4 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         results.append(res)
         ctx.log(**{k: v for k, v in cell.items()}, final_cost=float(res["cost"][:, -1].mean()),
                 final_quality=float(res["quality"][:, -1].mean()), seconds=res["seconds"])
-    metrics = analyse(cfg, instances, results)
-    from . import plots
-
-    for name, fig in plots.plot_all(metrics).items():
-        ctx.save_plot(fig, name)
-    return metrics
+    return analyse(cfg, instances, results)
