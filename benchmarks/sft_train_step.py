@@ -4,8 +4,8 @@ Same model (a named tiny Llama, same seed), same packed rows per optimiser step,
 (per-token step loss), one torch thread per process. The bare loop is plain torch AdamW; the Ray
 side is ``iclr_ray.llm.train.fit`` with one worker (the overhead of Ray Train + DeepSpeed) and with
 two workers on the same global batch (data parallel over the machine's cores). Steady state: the
-bare loop's median step after warm-up, Ray's last reported step (its start-up, ~30 s per fit,
-is printed separately). Also prints the packing efficiency of the data.
+bare loop's median step after warm-up, Ray's last reported step (its start-up per fit is
+printed separately). Also prints the packing efficiency of the data.
 
 Run: python benchmarks/sft_train_step.py [--model tiny-llama --steps 12 --rows 8 --seq 256 --zero 2]
 """

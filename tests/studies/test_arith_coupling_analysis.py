@@ -50,7 +50,7 @@ def test_each_method_is_judged_at_its_best_variant_and_claims_follow():
     assert by_id["multi_addition_coupled_count"].measured == 2.0
     collapse = by_id["multi_addition_baselines_collapse"]
     assert collapse.measured == 1.0 and collapse.holds  # best baseline's smaller factor: nope 1.0 or absolute 1.0
-    md = report_md(metrics)
+    md = report_md(metrics, Config())
     assert "lr0.001 (best)" in md and "coupled, its best sweep variant lr0.001" in md
 
     strong = metrics | {"trials": trials + [trial("absolute", grid(8, 8), "lr0.01")]}

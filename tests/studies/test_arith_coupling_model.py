@@ -1,6 +1,5 @@
 """arith_coupling's decoder: position kinds, causality, padding, the loss mask, and exact match
 against greedy decoding on a model trained here."""
-import numpy as np
 import pytest
 import torch
 

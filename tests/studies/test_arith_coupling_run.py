@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from iclr_ray import cli
 from iclr_ray.llm.data import IGNORE
@@ -27,7 +28,9 @@ def test_recipe_batches_are_a_function_of_the_step():
     assert ((batch["labels"] == IGNORE) | (batch["labels"] == batch["tokens"])).all()
     assert (batch["labels"][batch["pad"]] == IGNORE).all() and (batch["labels"] != IGNORE).any()
     model = recipe.build_model(tcfg)
-    assert recipe.logits(model, batch).shape[:2] == batch["tokens"].shape
+    loss = recipe.loss(model, batch)  # summed over the batch's label tokens
+    assert loss.ndim == 0 and torch.isfinite(loss) and loss.item() > 0 and recipe.units(batch) == int(
+        (batch["labels"][:, 1:] != IGNORE).sum())
 
 
 def test_absolute_tables_cover_the_longest_evaluated_sequence():

@@ -104,14 +104,14 @@ def test_a_chunked_residual_counts_sac_steps_from_env_steps():
     """With residual_chunk each SAC step is k env steps: H and learning_starts, given in env steps,
     are divided by k; utd stays per SAC step (per transition, as the official script)."""
     from iclr_ray.studies.policy_decorator.config import Config
-    from iclr_ray.studies.policy_decorator.run import _settings, env_config, resolve
+    from iclr_ray.studies.policy_decorator.run import env_config, resolve, sac_settings
 
     cfg = Config()
     push = next(t for t in cfg.tasks if t.name == "push_cube")
     assert push.residual_chunk and push.base.kind == "diffusion"
-    v = resolve(push, cfg.variants[0])
-    plain, chunked = _settings(cfg, push, v), _settings(cfg, push, v, 4)
-    assert (plain.H, plain.learning_starts) == (5000, 2000) and (chunked.H, chunked.learning_starts) == (1250, 500)
+    assert resolve(push, cfg.variants[0])["H"] == 5000  # env steps; the trial divides by the chunk length
+    plain, chunked = sac_settings(cfg, push), sac_settings(cfg, push, 4)
+    assert plain.learning_starts == 2000 and chunked.learning_starts == 500
     assert chunked.utd == plain.utd == 0.25
     assert env_config(push.model_dump(mode="json"), "b", 0)["residual_chunk"] is True
 
@@ -120,23 +120,25 @@ def test_a_task_s_own_sac_values_override_the_shared_section():
     """The paper preset's BeT tasks: the BeT script's learning_starts (8k env steps) and, on
     PegInsertion, its lr 3e-4; every other value, and every other task, keeps the shared ``sac``."""
     from iclr_ray.studies.policy_decorator.config import PRESETS, Config
-    from iclr_ray.studies.policy_decorator.run import _settings, resolve
+    from iclr_ray.config import resolve as resolve_config
+    from iclr_ray.studies.policy_decorator.run import resolve, sac_settings
 
-    cfg = Config.model_validate(PRESETS["paper"])
+    cfg = resolve_config(Config, PRESETS, "paper")
     by_name = {t.name: t for t in cfg.tasks}
     v = cfg.variants[0]
-    peg_bet = _settings(cfg, by_name["peg_insertion_bet"], resolve(by_name["peg_insertion_bet"], v))
-    stack = _settings(cfg, by_name["stack_cube_bet"], resolve(by_name["stack_cube_bet"], v))
-    peg_dp = _settings(cfg, by_name["peg_insertion"], resolve(by_name["peg_insertion"], v), 4)
-    assert (peg_bet.lr, peg_bet.learning_starts, peg_bet.alpha, peg_bet.H) == (3e-4, 8000, 0.3, 8_000_000)
+    peg_bet, stack = sac_settings(cfg, by_name["peg_insertion_bet"]), sac_settings(cfg, by_name["stack_cube_bet"])
+    peg_dp = sac_settings(cfg, by_name["peg_insertion"], 4)
+    assert (peg_bet.lr, peg_bet.learning_starts) == (3e-4, 8000)
+    assert (resolve(by_name["peg_insertion_bet"], v)["alpha"], resolve(by_name["peg_insertion_bet"], v)["H"]) == (
+        0.3, 8_000_000)
     assert (stack.lr, stack.learning_starts) == (1e-4, 8000)
-    assert (peg_dp.lr, peg_dp.learning_starts, peg_dp.H) == (1e-4, 32_000 // 4, 120_000 // 4)
+    assert (peg_dp.lr, peg_dp.learning_starts) == (1e-4, 32_000 // 4)
     assert peg_bet.gamma == stack.gamma == peg_dp.gamma == 0.97 and peg_bet.batch == peg_dp.batch == 1024
     # the BeT script's AdamW weight decay for its bases; the Diffusion Policy's keep 1e-6
     assert {t.name: t.base.weight_decay for t in cfg.tasks} == {
         "peg_insertion": 1e-6, "turn_faucet": 1e-6, "door": 1e-6, "stack_cube_bet": 2e-4, "peg_insertion_bet": 2e-4}
     other = Config.model_validate({"tasks": [{"name": "a", "sac": {"gamma": 0.9, "utd": 1.0, "batch": 32}}]})
-    s = _settings(other, other.tasks[0], resolve(other.tasks[0], other.variants[0]))
+    s = sac_settings(other, other.tasks[0])
     assert (s.gamma, s.utd, s.batch, s.lr, s.tau) == (0.9, 1.0, 32, other.sac.lr, other.sac.tau)
 
 

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 
 from ...claims import Claim
+from ...markdown import table
+from .config import Config
 
 BASELINE_COLLAPSE = 1.25
 """a baseline "collapses" when neither axis extrapolates past 1.25x its training range"""
@@ -87,7 +89,7 @@ AXES = {"multi_addition": ("operand length", "operand count"), "multiplication":
         "addition": ("operand length", "operand length")}
 
 
-def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
+def claims(metrics: dict[str, Any], cfg: Config) -> list[Claim]:
     best = best_variants(summary(metrics))
     out = []
     for task in metrics["tasks"]:
@@ -120,7 +122,7 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
     return out
 
 
-def report_md(metrics: dict[str, Any]) -> str:
+def report_md(metrics: dict[str, Any], cfg: Config) -> str:
     rows = summary(metrics)
     best = best_variants(rows)
     swept = any(r["variant"] for r in rows)
@@ -133,21 +135,19 @@ def report_md(metrics: dict[str, Any]) -> str:
                   f"Trained on {ax_d} {task['train_digits'][0]}-{task['train_digits'][1]}, {ax_c} "
                   f"{task['train_count'][0]}-{task['train_count'][1]}; exact match per cell of {task['eval_samples']} "
                   f"examples; factors at ≥ {metrics['threshold']:g}.", "",
-                  f"| method | sweep variant | seeds | {ax_d} factor | {ax_c} factor | accuracy in range "
-                  "| accuracy beyond it (to 2x) |",
-                  "|---|---|---|---|---|---|---|"]
-        for r in (r for r in rows if r["task"] == task["name"]):
-            mark = " (best)" if swept and best[(r["task"], r["method"])] is r else ""
-            lines.append(f"| {r['method']} | {r['variant'] or '-'}{mark} | {r['seeds']} | {r['digits_factor']:.2f} | "
-                         f"{r['count_factor']:.2f} | {r['in_range']:.3f} | {r['beyond_to_2x']:.3f} |")
-        lines.append("")
+                  table(["method", "sweep variant", "seeds", f"{ax_d} factor", f"{ax_c} factor", "accuracy in range",
+                         "accuracy beyond it (to 2x)"],
+                        [[r["method"], (r["variant"] or "-")
+                          + (" (best)" if swept and best[(r["task"], r["method"])] is r else ""),
+                          str(r["seeds"]), f"{r['digits_factor']:.2f}", f"{r['count_factor']:.2f}",
+                          f"{r['in_range']:.3f}", f"{r['beyond_to_2x']:.3f}"]
+                         for r in rows if r["task"] == task["name"]]), ""]
         for r in (r for (t, _), r in best.items() if t == task["name"]):
             grid = mean_grid(metrics["trials"], task["name"], r["method"], r["variant"])
             counts = task["eval_count"]
             at = f", its best sweep variant {r['variant']}" if r["variant"] else ""
             lines += [f"{r['method']}{at} ({ax_d} down, {ax_c} across):", "",
-                      "| | " + " | ".join(str(c) for c in counts) + " |", "|---" * (len(counts) + 1) + "|"]
-            for d in task["eval_digits"]:
-                lines.append(f"| **{d}** | " + " | ".join(f"{grid.get((d, c), float('nan')):.2f}" for c in counts) + " |")
-            lines.append("")
+                      table(["", *(str(c) for c in counts)],
+                            [[f"**{d}**", *(f"{grid.get((d, c), float('nan')):.2f}" for c in counts)]
+                             for d in task["eval_digits"]]), ""]
     return "\n".join(lines)

@@ -12,6 +12,7 @@ import numpy as np  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 from .analysis import AXES, best_variants, factor, mean_grid, summary  # noqa: E402
+from .config import Config  # noqa: E402
 
 
 def heatmaps(metrics: dict[str, Any], task: dict[str, Any]):
@@ -59,7 +60,7 @@ def loss_curves(metrics: dict[str, Any]):
     return fig
 
 
-def plot_all(metrics: dict[str, Any]) -> dict[str, Any]:
+def plot_all(metrics: dict[str, Any], cfg: Config) -> dict[str, Any]:
     figs = {f"heatmap_{t['name']}": heatmaps(metrics, t) for t in metrics["tasks"]
             if any(r["task"] == t["name"] for r in metrics["trials"])}
     if any(t.get("curve") for t in metrics["trials"]):

@@ -14,10 +14,58 @@ import numpy as np
 
 from ...config import ConfigError, DataError
 from ...llm.train import Recipe, TrainConfig
+from ...runtime import RunContext
+from ...sweep.grid import resumable, run_grid
 from . import data
 from .config import Config, Task, variants
 
 MODEL_FILE, MODEL_CONFIG = "model.pt", "model.json"
+
+
+def prepare(cfg: Config) -> dict[str, Any]:
+    """Checks before Ray starts: every evaluation cell's ids fit the position tables; for
+    eval_only, the earlier run's saved models exist."""
+    for t in cfg.tasks:
+        m = data.method(t.name, "coupled")
+        for d in t.eval_digits:
+            for c in t.eval_count:
+                _, top = data.longest(t.name, m, d, c)
+                if top > t.max_position:
+                    raise ConfigError(f"tasks.{t.name}: the {d}x{c} cell needs position ids up to {top}, "
+                                      f"above max_position = {t.max_position}")
+        _check_train_fits(t)
+    if cfg.eval_only is None:
+        return {}
+    path = Path(cfg.eval_only) / "result.json"
+    try:
+        prev = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"eval_only: {path} cannot be read as a finished run ({exc})") from None
+    if prev.get("study") != "arith_coupling":
+        raise DataError(f"eval_only: {path} is a {prev.get('study')!r} run, not arith_coupling")
+    saved = [r for r in prev["metrics"]["trials"] if Path(r["model_dir"], MODEL_FILE).is_file()]
+    if not saved:
+        raise DataError(f"eval_only: no saved models found for the trials of {path}")
+    tasks_now = {t.name: t.model_dump(mode="json") for t in cfg.tasks}
+    if not any(r["task"] in tasks_now for r in saved):
+        raise ConfigError(f"eval_only: the run at {cfg.eval_only} trained none of the tasks {sorted(tasks_now)}")
+    for r in saved:
+        if r["task"] not in tasks_now or data.method(r["task"], r["method"]).position == "none":
+            continue
+        have = json.loads(Path(r["model_dir"], MODEL_CONFIG).read_text())["model"]["n_positions"]
+        need = needed_rows(tasks_now[r["task"]], r["method"])
+        if need > have:
+            raise ConfigError(f"eval_only: the {r['task']} grid needs {need} positions, more than the "
+                              f"{r['method']} model's table of {have}")
+    return {"saved": saved}
+
+
+def _check_train_fits(t: Task) -> None:
+    m = data.method(t.name, "coupled")
+    _, top = data.longest(t.name, m, t.train_digits[1], t.train_count[1])
+    if top > t.max_position:
+        raise ConfigError(f"tasks.{t.name}: training examples need position ids up to {top}, "
+                          f"above max_position = {t.max_position}")
 
 
 def needed_rows(task: dict[str, Any], method: str) -> int:
@@ -117,8 +165,10 @@ class CouplingRecipe(Recipe):
             out.append((_torch_batch(b), int((~b.pad).sum())))
         return out
 
-    def logits(self, engine, batch: dict[str, Any]):
-        return engine(batch["tokens"], batch["positions"], batch["pad"])
+    def loss(self, engine, batch: dict[str, Any]):
+        from ...llm.loss import summed_token_loss
+
+        return summed_token_loss(engine(batch["tokens"], batch["positions"], batch["pad"]), batch["labels"])[0]
 
     def save(self, engine, path: Path, rank: int, zero_stage: int) -> None:
         import torch
@@ -142,40 +192,29 @@ def train_config(cfg: Config, task: dict[str, Any], seed: int, lr: float | None 
                        lr=lr or task.get("lr") or t.lr, weight_decay=t.weight_decay, schedule="cosine",
                        warmup_steps=int(t.warmup * t.steps), zero_stage=0, num_workers=t.num_workers, seed=seed,
                        betas=(0.9, 0.95), grad_clip=1.0,
-                       # about 100 reports a run, at most every 10 steps: a report costs ~30 ms here, a tenth
-                       # of a small step
+                       # about 100 reports a run, at most every 10 steps: a report waits for Ray Train's
+                       # controller, which costs more than a small model's step
                        log_every=max(1, min(10, t.steps // 100)))
 
 
-def trial(config: dict[str, Any], *, cfg_dump: dict[str, Any]) -> None:
-    """One Tune trial: train (task, method, seed) through Ray Train; report the grid accuracies."""
-    from ray import tune
-
+@resumable
+def trial(config: dict[str, Any], trial_dir: Path, *, cfg_dump: dict[str, Any]) -> dict[str, Any]:
+    """One Tune trial: train (task, method, seed) through Ray Train; the grid accuracies as scores."""
     from ...llm.train import fit_recipe, read_steps
-    from ...results import atomic_write_text
-    from ...sweep.tuner import thinned_tune_report, trial_storage_dir
+    from ...sweep.tuner import thinned_tune_report
 
     cfg = Config.model_validate(cfg_dump)
     spec = config["spec"]
     task = spec["task"]
-    trial_dir = trial_storage_dir()
-    final = trial_dir / "final.json"
-    if final.is_file():  # a restored sweep whose saved state predates this trial's end
-        tune.report(json.loads(final.read_text())["scores"])
-        return
     tcfg = train_config(cfg, task, spec["seed"], spec["lr"])
     recipe = CouplingRecipe(task, spec["method"], model_config(spec["model"], task, spec["method"]),
                             eval_seed=cfg.seed + 1000)
     result = fit_recipe(tcfg, recipe, trial_dir, "train", callbacks=[thinned_tune_report(tcfg.max_steps)])
-    if result.error is not None:
-        raise result.error
     steps = read_steps(trial_dir, "train")
     scores = {k: v for k, v in result.metrics.items() if k.startswith("acc_")} | {"loss": steps[-1]["loss"]}
-    extra = {"model_dir": str(Path(result.checkpoint.path)),
-             "curve": [[s["step"], s["loss"]] for s in steps[:: max(1, len(steps) // 100)]],
-             "train_seconds": sum(s["seconds"] for s in steps)}
-    atomic_write_text(final, json.dumps({"scores": scores, "extra": extra}))
-    tune.report(scores)
+    return {"scores": scores, "model_dir": str(Path(result.checkpoint.path)),
+            "curve": [[s["step"], s["loss"]] for s in steps[:: max(1, len(steps) // 100)]],
+            "train_seconds": sum(s["seconds"] for s in steps)}
 
 
 def specs(cfg: Config) -> list[dict[str, Any]]:
@@ -185,7 +224,7 @@ def specs(cfg: Config) -> list[dict[str, Any]]:
             for t in cfg.tasks for m in cfg.methods for v in variants(cfg) for s in range(cfg.seeds)]
 
 
-def evaluate_saved(ctx, cfg: Config, saved: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def evaluate_saved(ctx: RunContext, cfg: Config, saved: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """eval_only: score every saved model on this config's grid of its task, one Ray task each."""
     import ray
 
@@ -205,91 +244,28 @@ def evaluate_saved(ctx, cfg: Config, saved: list[dict[str, Any]]) -> list[dict[s
     return [{**r, "grid": grid, "eval_only": True} for r, grid in zip(todo, outs)]
 
 
-def run(cfg: Config, ctx) -> dict[str, Any]:
-    inputs = ctx.inputs if ctx.inputs is not None else prepare(cfg)
-    if cfg.eval_only is not None:
-        trials = evaluate_saved(ctx, cfg, inputs["saved"])
-    else:
-        trials = train_all(ctx, cfg)
-    metrics = {"trials": trials, "tasks": [t.model_dump(mode="json") for t in cfg.tasks], "threshold": cfg.threshold,
-               "eval_only": str(cfg.eval_only) if cfg.eval_only else None}
-    from .plots import plot_all
-
-    for name, fig in plot_all(metrics).items():
-        ctx.save_plot(fig, name)
-    return metrics
-
-
-def train_all(ctx, cfg: Config) -> list[dict[str, Any]]:
-    from ray import tune
-
-    from ...sweep.tuner import run_tuner, trial_rows
-
+def train_all(ctx: RunContext, cfg: Config) -> list[dict[str, Any]]:
     todo = specs(cfg)
-    print(f"  {len(todo)} trials (task x method x sweep variant x seed), {cfg.max_concurrent_trials} at a time ...",
-          flush=True)
-    trainable = tune.with_parameters(trial, cfg_dump=cfg.model_dump(mode="json"))
-    # resume=True: rerunning an interrupted run into the same --out restores its Tune grid, and
-    # trials that had finished report their saved final.json instead of training again
-    results = run_tuner(trainable, {"spec": tune.grid_search(todo)}, storage_path=ctx.run_dir.path / "tune",
-                        name="grid", max_concurrent_trials=cfg.max_concurrent_trials, resume=True)
+    ctx.say("%d trials (task x method x sweep variant x seed), %d at a time ...", len(todo), cfg.max_concurrent_trials)
+    # rerunning an interrupted run into the same --out resumes its grid: finished trials keep their result
     trials = []
-    for row in trial_rows(results):
-        spec = row["config"]["spec"]
-        if row["error"]:
-            raise RuntimeError(f"trial {spec['label']} failed: {row['error']}")
-        final = json.loads((Path(row["path"]) / "final.json").read_text())
-        grid = {k[len("acc_"):]: v for k, v in final["scores"].items() if k.startswith("acc_")}
+    for t in run_grid(trial, todo, storage=ctx.run_dir.path / "tune", name="grid",
+                      max_concurrent_trials=cfg.max_concurrent_trials, cfg_dump=cfg.model_dump(mode="json")):
+        spec, final = t.spec, t.final
         rec = {"task": spec["task"]["name"], "method": spec["method"], "variant": spec["variant"],
-               "seed": spec["seed"], "grid": grid,
-               "loss": final["scores"]["loss"], "max_position": spec["task"]["max_position"], **final["extra"]}
+               "seed": spec["seed"], "grid": {k[len("acc_"):]: v for k, v in final["scores"].items()
+                                             if k.startswith("acc_")},
+               "loss": final["scores"]["loss"], "max_position": spec["task"]["max_position"],
+               **{k: final[k] for k in ("model_dir", "curve", "train_seconds")}}
         ctx.log(**{k: v for k, v in rec.items() if k != "curve"})
         trials.append(rec)
-    order = {(s["task"]["name"], s["method"], s["variant"], s["seed"]): i for i, s in enumerate(todo)}
-    return sorted(trials, key=lambda r: order[(r["task"], r["method"], r["variant"], r["seed"])])
+    return trials
 
 
-def prepare(cfg: Config) -> dict[str, Any]:
-    """Checks before Ray starts: every evaluation cell's ids fit the position tables; for
-    eval_only, the earlier run's saved models exist."""
-    for t in cfg.tasks:
-        m = data.method(t.name, "coupled")
-        for d in t.eval_digits:
-            for c in t.eval_count:
-                _, top = data.longest(t.name, m, d, c)
-                if top > t.max_position:
-                    raise ConfigError(f"tasks.{t.name}: the {d}x{c} cell needs position ids up to {top}, "
-                                      f"above max_position = {t.max_position}")
-        _check_train_fits(t)
-    if cfg.eval_only is None:
-        return {}
-    path = Path(cfg.eval_only) / "result.json"
-    try:
-        prev = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(f"eval_only: {path} cannot be read as a finished run ({exc})") from None
-    if prev.get("study") != "arith_coupling":
-        raise DataError(f"eval_only: {path} is a {prev.get('study')!r} run, not arith_coupling")
-    saved = [r for r in prev["metrics"]["trials"] if Path(r["model_dir"], MODEL_FILE).is_file()]
-    if not saved:
-        raise DataError(f"eval_only: no saved models found for the trials of {path}")
-    tasks_now = {t.name: t.model_dump(mode="json") for t in cfg.tasks}
-    if not any(r["task"] in tasks_now for r in saved):
-        raise ConfigError(f"eval_only: the run at {cfg.eval_only} trained none of the tasks {sorted(tasks_now)}")
-    for r in saved:
-        if r["task"] not in tasks_now or data.method(r["task"], r["method"]).position == "none":
-            continue
-        have = json.loads(Path(r["model_dir"], MODEL_CONFIG).read_text())["model"]["n_positions"]
-        need = needed_rows(tasks_now[r["task"]], r["method"])
-        if need > have:
-            raise ConfigError(f"eval_only: the {r['task']} grid needs {need} positions, more than the "
-                              f"{r['method']} model's table of {have}")
-    return {"saved": saved}
-
-
-def _check_train_fits(t: Task) -> None:
-    m = data.method(t.name, "coupled")
-    _, top = data.longest(t.name, m, t.train_digits[1], t.train_count[1])
-    if top > t.max_position:
-        raise ConfigError(f"tasks.{t.name}: training examples need position ids up to {top}, "
-                          f"above max_position = {t.max_position}")
+def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
+    if cfg.eval_only is not None:
+        trials = evaluate_saved(ctx, cfg, ctx.inputs["saved"])
+    else:
+        trials = train_all(ctx, cfg)
+    return {"trials": trials, "tasks": [t.model_dump(mode="json") for t in cfg.tasks], "threshold": cfg.threshold,
+            "eval_only": str(cfg.eval_only) if cfg.eval_only else None}

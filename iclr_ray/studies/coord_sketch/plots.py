@@ -9,6 +9,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from .config import Config  # noqa: E402
+
 STYLE = {"priority": ("tab:blue", "o"), "threshold": ("tab:green", "s"),
          "jl": ("tab:red", "^"), "countsketch": ("tab:orange", "v")}
 
@@ -26,7 +28,7 @@ def error_vs_storage(ax, rows: list[dict], title: str, field: str = "error") -> 
     ax.grid(True, which="both", alpha=0.3)
 
 
-def plot_all(metrics: dict[str, Any], cfg) -> dict[str, Any]:
+def plot_all(metrics: dict[str, Any], cfg: Config) -> dict[str, Any]:
     figs = {}
     fig, ax = plt.subplots(figsize=(6, 4.2))
     error_vs_storage(ax, metrics["sparse"], f"sparse inputs (n={cfg.sparse.n}, d={cfg.sparse.d}, s={cfg.sparse.nnz})")

@@ -8,11 +8,22 @@ from typing import Any
 import numpy as np
 import ray
 
-from ...claims import Claim
 from ...runtime import RunContext
 from . import data, sketches
 from .config import Config
 from .sketches import SAMPLING
+
+
+def prepare(cfg: Config) -> data.Tables:
+    """The regression tables, read (CSV) or generated, and checked before Ray starts, so a bad
+    file or an empty join exits 2 at once."""
+    r = cfg.regression
+    if r.features_csv is None:
+        tables = data.synthetic_tables(r.n_keys, r.features, r.coverage_x, r.coverage_y, r.noise, cfg.seed + 4)
+    else:
+        tables = data.load_tables(r.features_csv, r.target_csv, r.key, r.target, r.feature_columns)
+    tables.check_join()
+    return tables
 
 
 @ray.remote(num_cpus=1)
@@ -34,7 +45,7 @@ def shared_seed(root: int, i: int) -> int:
     return root * 1_000_003 + i
 
 
-def sweep(ctx: RunContext, name: str, pair: data.Pair, methods: list[str], sketch_rows: list[int],
+def measure(ctx: RunContext, name: str, pair: data.Pair, methods: list[str], sketch_rows: list[int],
           seeds: int, root_seed: int, keep_w: bool = False) -> list[dict[str, Any]]:
     """Error of every method at every budget over ``seeds`` shared seeds; one record per cell."""
     fro_a, fro_b = pair.fro()
@@ -118,7 +129,7 @@ def regression(ctx: RunContext, cfg: Config, tables: data.Tables) -> dict[str, A
     def r2(th: np.ndarray) -> float:
         return 1.0 - float(np.sum((yj - Xj @ th) ** 2)) / ss_tot
 
-    records = sweep(ctx, "regression", pair, cfg.methods, cfg.sketch_rows, cfg.seeds, cfg.seed + 4, keep_w=True)
+    records = measure(ctx, "regression", pair, cfg.methods, cfg.sketch_rows, cfg.seeds, cfg.seed + 4, keep_w=True)
     for rec in records:
         th = data.solve(*data.normal_equations(rec.pop("W"), p), cfg.regression.ridge)
         rec["theta_error"] = float(np.linalg.norm(th - theta) / np.linalg.norm(theta))
@@ -131,157 +142,22 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     s = cfg.sparse
     metrics: dict[str, Any] = {}
     pair = data.sparse_pair(s.n, s.d, s.m, s.nnz, s.overlap, s.tail, cfg.seed)
-    metrics["sparse"] = summarise(sweep(ctx, "sparse", pair, cfg.methods, cfg.sketch_rows, cfg.seeds, cfg.seed))
+    metrics["sparse"] = summarise(measure(ctx, "sparse", pair, cfg.methods, cfg.sketch_rows, cfg.seeds, cfg.seed))
 
     dn = cfg.dense
     pair = data.sparse_pair(dn.n, dn.d, dn.m, max(dn.d, dn.m), 1.0, None, cfg.seed + 1)
-    metrics["dense"] = summarise(sweep(ctx, "dense", pair, cfg.methods, cfg.sketch_rows, cfg.seeds, cfg.seed + 1))
+    metrics["dense"] = summarise(measure(ctx, "dense", pair, cfg.methods, cfg.sketch_rows, cfg.seeds, cfg.seed + 1))
 
     u = cfg.unbiased
     pair = data.sparse_pair(u.n, u.d, u.m, u.nnz, 0.3, u.tail, cfg.seed + 2)
-    recs = sweep(ctx, "unbiased", pair, cfg.methods, [u.sketch_rows], u.seeds, cfg.seed + 2, keep_w=True)
+    recs = measure(ctx, "unbiased", pair, cfg.methods, [u.sketch_rows], u.seeds, cfg.seed + 2, keep_w=True)
     metrics["unbiased"] = unbiasedness(recs, pair)
 
     at = cfg.attention
     for name, product, top_k in (("qk", "qk", None), ("pv", "pv", None), ("pv_topk", "pv", at.top_k)):
         pair = data.attention_pair(at.seq_len, at.d_head, at.tail, product, cfg.seed + 3, top_k=top_k)
         metrics[f"attention_{name}"] = summarise(
-            sweep(ctx, f"attention_{name}", pair, cfg.methods, cfg.sketch_rows, cfg.seeds, cfg.seed + 3))
+            measure(ctx, f"attention_{name}", pair, cfg.methods, cfg.sketch_rows, cfg.seeds, cfg.seed + 3))
 
-    metrics["regression"] = regression(ctx, cfg, ctx.inputs if ctx.inputs is not None else prepare(cfg))
-
-    from .plots import plot_all
-
-    for name, fig in plot_all(metrics, cfg).items():
-        ctx.save_plot(fig, name)
+    metrics["regression"] = regression(ctx, cfg, ctx.inputs)
     return metrics
-
-
-def prepare(cfg: Config) -> data.Tables:
-    """The regression tables, read (CSV) or generated, and checked before Ray starts, so a bad
-    file or an empty join exits 2 at once."""
-    r = cfg.regression
-    if r.features_csv is None:
-        tables = data.synthetic_tables(r.n_keys, r.features, r.coverage_x, r.coverage_y, r.noise, cfg.seed + 4)
-    else:
-        tables = data.load_tables(r.features_csv, r.target_csv, r.key, r.target, r.feature_columns)
-    tables.check_join()
-    return tables
-
-
-# --- claims: a pure function of the metrics ---------------------------------------------------
-
-
-def advantage(rows: list[dict], field: str = "error_mean") -> float:
-    """Linear-sketch error over sampling-sketch error at equal stored numbers.
-
-    For each budget, the better linear sketch's error is compared with the better sampling
-    sketch's error at the same storage, read off each sampling method's error-vs-storage curve
-    (log-log interpolation, not extrapolated). Geometric mean over the budgets where both exist.
-    """
-    def curve(method: str) -> tuple[np.ndarray, np.ndarray]:
-        pts = sorted((r["storage"], r[field]) for r in rows if r["method"] == method and r[field] > 0)
-        return tuple(np.log(np.array(pts)).T) if len(pts) >= 2 else (np.array([]), np.array([]))
-
-    samp = [curve(m) for m in SAMPLING]
-    ratios = []
-    for k in sorted({r["sketch_rows"] for r in rows}):
-        lin = [r for r in rows if r["method"] in ("jl", "countsketch") and r["sketch_rows"] == k]
-        if not lin:
-            continue
-        best_lin = min(lin, key=lambda r: r[field])
-        x = np.log(best_lin["storage"])
-        # up to 5% past a curve's last point its last (lower-storage, so larger) error stands in
-        at_x = [np.exp(np.interp(x, xs, ys)) for xs, ys in samp
-                if xs.size and xs[0] <= x <= xs[-1] + np.log(1.05)]
-        if at_x and min(at_x) > 0:
-            ratios.append(best_lin[field] / min(at_x))
-    return float(np.exp(np.mean(np.log(ratios)))) if ratios else float("nan")
-
-
-def rate(rows: list[dict], method: str) -> float:
-    """Slope of log(mean error) against log(sketch size k): -0.5 means error ~ 1/sqrt(k)."""
-    pts = [(r["k_a"], r["error_mean"]) for r in rows if r["method"] == method and r["error_mean"] > 0]
-    if len(pts) < 2:
-        return float("nan")
-    k, e = np.log(np.array(pts)).T
-    return float(np.polyfit(k, e, 1)[0])
-
-
-def guarantee_rate(rows: list[dict], delta: float) -> float:
-    """Fraction of sampling runs whose error is within the paper's eps(k) = sqrt(2 / (delta (k - 1)))."""
-    hits = [e <= sketches.guarantee_eps(min(r["k_a"], r["k_b"]), delta)
-            for r in rows if r["method"] in SAMPLING for e in r["errors"]]
-    return float(np.mean(hits)) if hits else float("nan")
-
-
-def claims(metrics: dict[str, Any], cfg: Config) -> list[Claim]:
-    out = [
-        Claim.at_least("sparse_advantage",
-                       "On sparse inputs, sampling sketches beat linear sketching (JL, CountSketch) by about an "
-                       "order of magnitude in error at equal storage",
-                       advantage(metrics["sparse"]), 10.0,
-                       note="best linear / best sampling error, geometric mean over budgets"),
-        Claim.at_most("dense_control",
-                      "On dense inputs with equal row norms the advantage disappears (negative control)",
-                      advantage(metrics["dense"]), 2.0, note="same ratio as above"),
-        Claim.at_least("attention_advantage",
-                       "Attention output PV (sparse top-k attention, heavy-tailed tokens): sampling about an order "
-                       "of magnitude better than linear sketching",
-                       advantage(metrics["attention_pv_topk"]), 10.0,
-                       note=f"same ratio, top-{cfg.attention.top_k} P; on dense softmax P: "
-                            f"{advantage(metrics['attention_pv']):.2f}"),
-        Claim.at_least("regression_advantage",
-                       "Regression across a key join: sketched normal equations about an order of magnitude "
-                       "more accurate with sampling",
-                       advantage(metrics["regression"]["rows"]), 10.0, note="same ratio, on [X̃ᵀX̃, X̃ᵀy]"),
-        Claim.at_least("regression_coefficients",
-                       "Regression across a key join: the fitted coefficients about an order of magnitude more "
-                       "accurate with sampling",
-                       advantage(metrics["regression"]["rows"], "theta_error_mean"), 10.0,
-                       note="same ratio, on ‖θ̂ − θ‖/‖θ‖ against the exact join's least squares"),
-        Claim.at_least("frobenius_guarantee",
-                       f"With k = 2/(δε²)+1 samples, ‖W−AᵀB‖_F ≤ ε‖A‖_F‖B‖_F with probability ≥ 1−δ (δ={cfg.delta:g})",
-                       guarantee_rate(metrics["sparse"], cfg.delta), 1.0 - cfg.delta,
-                       note="fraction of sparse-case PS/TS runs within ε(k)"),
-    ]
-    for method in SAMPLING:
-        if method in metrics["unbiased"]:
-            out.append(Claim.at_most(f"unbiased_{method}",
-                                     f"The {method}-sampling estimator is unbiased",
-                                     metrics["unbiased"][method]["ratio"], 2.0,
-                                     note="‖mean W − AᵀB‖² / (E‖W − AᵀB‖²/T); ≈1 when unbiased"))
-        if any(r["method"] == method for r in metrics["dense"]):
-            out.append(Claim.within(f"rate_{method}",
-                                    f"{method.capitalize()}-sampling error falls like 1/sqrt(k)",
-                                    rate(metrics["dense"], method), -0.65, -0.35,
-                                    note="log-log slope of mean error vs k on equal row norms, where the "
-                                         f"bound is tight; heavy-tailed sparse case: {rate(metrics['sparse'], method):.2f}"))
-    return out
-
-
-def report_md(metrics: dict[str, Any]) -> str:
-    """Mean error per method and budget for each experiment, and the regression quality."""
-    lines = ["## Measurements", ""]
-    tables = [("sparse", metrics["sparse"]), ("dense", metrics["dense"]),
-              ("attention QᵀK", metrics["attention_qk"]), ("attention softmax(QKᵀ)V", metrics["attention_pv"]),
-              ("attention top-k softmax(QKᵀ)V", metrics["attention_pv_topk"]),
-              ("regression normal equations", metrics["regression"]["rows"])]
-    for title, rows in tables:
-        lines += [f"### {title}", "", "| method | JL-equivalent rows | k (A, B) | stored numbers | rel. error (mean ± sd) |",
-                  "|---|---|---|---|---|"]
-        for r in rows:
-            lines.append(f"| {r['method']} | {r['sketch_rows']} | {r['k_a']}, {r['k_b']} | {r['storage']:.0f} | "
-                         f"{r['error_mean']:.3g} ± {r['error_std']:.2g} |")
-        lines.append("")
-    reg = metrics["regression"]
-    lines += [f"Regression ({reg['source']} tables): {reg['keys_x']} feature rows, {reg['keys_y']} target rows, "
-              f"join of {reg['join_rows']}; exact-join R² = {reg['r2_exact']:.4f}.", "",
-              "| method | JL-equivalent rows | coefficient rel. error | R² on the join |", "|---|---|---|---|"]
-    for r in reg["rows"]:
-        lines.append(f"| {r['method']} | {r['sketch_rows']} | {r['theta_error_mean']:.3g} | {r['r2_mean']:.4f} |")
-    lines += ["", "### Unbiasedness", "", "| method | seeds | single-seed error | error of the mean | ratio |",
-              "|---|---|---|---|---|"]
-    for method, u in metrics["unbiased"].items():
-        lines.append(f"| {method} | {u['seeds']} | {u['single_error']:.3g} | {u['mean_error']:.3g} | {u['ratio']:.3g} |")
-    return "\n".join(lines) + "\n"

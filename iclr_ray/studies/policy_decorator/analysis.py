@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...claims import Claim
+from ...markdown import table
+from .config import Config
 
 IMPROVES = 0.1
 COLLAPSE = 0.1
@@ -40,7 +42,7 @@ def summary(metrics: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def claims(metrics: dict[str, Any], cfg=None) -> list[Claim]:
+def claims(metrics: dict[str, Any], cfg: Config) -> list[Claim]:
     out = []
     rows = {(r["task"], r["variant"]): r for r in summary(metrics)}
     for name in metrics["tasks"]:
@@ -69,15 +71,13 @@ def claims(metrics: dict[str, Any], cfg=None) -> list[Claim]:
     return out
 
 
-def report_md(metrics: dict[str, Any]) -> str:
+def report_md(metrics: dict[str, Any], cfg: Config) -> str:
     lines = ["## Measurements", "",
              "Success rate on held-out evaluation seeds; `min` is the lowest over the evaluations during training.", "",
-             "| task | variant | alpha | H | env steps | final success | min | best | action jerk |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in summary(metrics):
-        lines.append(f"| {r['task']} | {r['variant']} | {r.get('alpha', '-')} | {r.get('H', '-')} | {r['env_steps']} | "
-                     f"{r['final']:.2f} | {r['min']:.2f} | {r['best']:.2f} | {r['jerk']:.3f} |")
-    lines.append("")
+             table(["task", "variant", "alpha", "H", "env steps", "final success", "min", "best", "action jerk"],
+                   [[r["task"], r["variant"], str(r.get("alpha", "-")), str(r.get("H", "-")), str(r["env_steps"]),
+                     f"{r['final']:.2f}", f"{r['min']:.2f}", f"{r['best']:.2f}", f"{r['jerk']:.3f}"]
+                    for r in summary(metrics)]), ""]
     for name, t in metrics["tasks"].items():
         d = t["demos"]
         expert = d.get("expert_curve")

@@ -12,7 +12,8 @@
   and H 5k, 10k env steps.
 
 Three SAC variants on each: the decorator, the unbounded residual (alpha 1, H 0) and RL from
-scratch; the SAC networks are 256 x 256 at the paper's UTD 0.25 on 128 batches.
+scratch; the SAC networks are 256 x 256 at the paper's UTD 0.25 on 128 batches (``rl.settings``
+holds the SAC settings and their documentation; the official scripts' values are its defaults).
 """
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, model_validator
 
-from ...config import Section, StudyConfig
+from ...config import Section, StudyConfig, overrides_of
+from ...rl.settings import SACSettings
 
 
 class Env(Section):
@@ -65,21 +67,15 @@ class Base(Section):
     weight_decay: float = Field(1e-6, ge=0)
     """AdamW's (the official Diffusion Policy scripts' 1e-6; their BeT script's 2e-4)"""
     normalize_obs: bool = True
-    """standardise observations with the demonstrations' mean and std (on the Adroit door: 0.68
-    base success against 0.06 on raw observations); the slot and PushCube bases of ``small`` were
-    measured without it"""
+    """standardise observations with the demonstrations' mean and std (the Adroit door mixes joint
+    angles with positions; docs/studies/policy_decorator.md compares); the slot and PushCube bases
+    of ``small`` were measured without it"""
 
 
-class TaskSAC(Section):
-    """Per-task SAC settings over the shared ``sac`` section (None: the shared value), as the
-    official scripts set some per task (lr 3e-4 for BeT on PegInsertion/TurnFaucet, gamma 0.9 for
-    PushChair, learning_starts 8k per env step for the BeT scripts)."""
-    gamma: Optional[float] = Field(None, gt=0, le=1)
-    lr: Optional[float] = Field(None, gt=0)
-    learning_starts: Optional[int] = Field(None, ge=0)
-    """env steps"""
-    utd: Optional[float] = Field(None, gt=0)
-    batch: Optional[int] = Field(None, ge=1)
+TaskSAC = overrides_of(SACSettings, "TaskSAC")
+"""Per-task SAC values over the shared ``sac`` section (None: the shared value), as the official
+scripts set some per task (lr 3e-4 for BeT on PegInsertion/TurnFaucet, gamma 0.9 for PushChair,
+learning_starts 8k per env step for the BeT scripts). Step counts are env steps here."""
 
 
 class Task(Section):
@@ -107,23 +103,6 @@ class Variant(Section):
     """None: the task's H"""
     base: bool = True
     """False: decorate a zero base (alpha 1, H 0 make it plain SAC from scratch)"""
-
-
-class SAC(Section):
-    gamma: float = Field(0.97, gt=0, le=1)
-    tau: float = Field(0.01, gt=0, le=1)
-    lr: float = Field(3e-4, gt=0)
-    batch: int = Field(128, ge=1)
-    buffer: int = Field(100_000, ge=1)
-    learning_starts: int = Field(2000, ge=0)
-    utd: float = Field(0.25, gt=0)
-    """gradient updates per env step (the paper's 0.25; one update on a 128 batch costs ~115 ms on
-    one core here with 256 x 256 networks, ~50 ms with 64 x 64, from the small runs' trial rates)"""
-    hidden: list[int] = [256, 256]
-    num_env_runners: int = Field(0, ge=0)
-    """0: sample in the trial's own process"""
-    envs_per_runner: int = Field(4, ge=1)
-    rollout_fragment: int = Field(16, ge=1)
 
 
 class Eval(Section):
@@ -154,7 +133,11 @@ class Config(StudyConfig):
     variants: list[Variant] = Field(DEFAULT_VARIANTS, min_length=1)
     """decorator is the paper's method; unbounded is its ablation (alpha large, H = 0); rl_scratch
     is SAC with no base policy"""
-    sac: SAC = SAC()
+    sac: SACSettings = SACSettings(lr=3e-4, batch=128, buffer=100_000, learning_starts=2000, hidden=[256, 256],
+                                   envs_per_runner=4, rollout_fragment=16)
+    """SAC for every task (each task's ``sac`` overrides some); step counts in env steps, the chunked
+    residual's converted to its SAC steps. The defaults are the official scripts' where this names
+    none (gamma, tau, utd, the initial entropy coefficient, the gradient clip)"""
     eval: Eval = Eval()
     max_concurrent_trials: int = Field(2, ge=1)
 
@@ -168,8 +151,8 @@ class Config(StudyConfig):
 
 PRESETS = {
     "smoke": {
-        # an MLP base from 20 demos in 2k BC steps (~3 s more than 200): 0.20 on the 10 evaluation
-        # seeds, so the curves have a base to keep or lose (200 steps on 10 demos gave 0.00)
+        # an MLP base from 20 demos in 2k BC steps: a base that succeeds sometimes, so the curves have
+        # a base to keep or lose (docs/studies/policy_decorator.md: what it scores)
         "tasks": [{"name": "slot", "demos": {"episodes": 20}, "base": {"steps": 2000, "normalize_obs": False},
                    "env_steps": 800, "H": 300, "alpha": 0.3}],
         "variants": [{"name": "decorator"}, {"name": "unbounded", "alpha": 1.0, "H": 0}],

@@ -9,8 +9,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
+
+from ...results import decode_image  # noqa: E402
+from .config import Config  # noqa: E402
 
 
 def _steps_axis(ax) -> None:
@@ -49,9 +51,8 @@ def jerk_curves(metrics: dict[str, Any]):
     return fig
 
 
-def frame_strip(frames: list, title: str):
-    pick = np.linspace(0, len(frames) - 1, min(12, len(frames))).round().astype(int)
-    frames = [np.asarray(frames[i], dtype=np.uint8) for i in pick]
+def frame_strip(encoded: list[str], title: str):
+    frames = [decode_image(f) for f in encoded]
     fig, axes = plt.subplots(1, len(frames), figsize=(1.3 * len(frames), 1.6), squeeze=False)
     for ax, f in zip(axes[0], frames):
         ax.imshow(f, origin="lower")
@@ -77,7 +78,7 @@ def expert_curves(metrics: dict[str, Any]):
     return fig
 
 
-def plot_all(metrics: dict[str, Any]) -> dict[str, Any]:
+def plot_all(metrics: dict[str, Any], cfg: Config) -> dict[str, Any]:
     figs = {"success_curves": success_curves(metrics), "action_jerk": jerk_curves(metrics)}
     expert = expert_curves(metrics)
     if expert is not None:

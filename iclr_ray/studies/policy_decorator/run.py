@@ -4,13 +4,15 @@ runs RLlib SAC with the residual RLModule, evaluates the decorated policy on hel
 ``eval.every`` env steps, and saves an RLlib checkpoint that reloads for evaluation."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ...config import ConfigError, DataError
+from ...config import ConfigError, DataError, apply_overrides
+from ...rl.settings import SACSettings
+from ...runtime import RunContext
+from ...sweep.grid import resumable, run_grid
 from .config import Config, Task, Variant
 
 
@@ -19,62 +21,6 @@ def env_config(task: dict[str, Any], base_dir: str | None, seed: int) -> dict[st
     return {"suite": e["suite"], "id": e["id"], "max_episode_steps": e["max_episode_steps"], "kwargs": e["kwargs"],
             "control_mode": e["control_mode"], "obs_horizon": e["obs_horizon"], "base": base_dir,
             "residual_chunk": task["residual_chunk"], "reward": "shifted", "seed": seed}
-
-
-def check_planner(task: dict[str, Any]) -> None:
-    """The task's planner can run here (before Ray starts)."""
-    suite = task["env"]["suite"]
-    if suite == "maniskill":
-        from ...rl.maniskill import planner_python
-
-        if not planner_python().is_file():
-            raise ConfigError(f"tasks.{task['name']}: ManiSkill's motion planner needs its environment at "
-                              f"{planner_python()} (make planner-venv)")
-    elif suite == "adroit":
-        if task["env"]["id"] not in ("door", "AdroitHandDoor-v1"):
-            raise ConfigError(f"tasks.{task['name']}: no planner for Adroit {task['env']['id']} here (only the door "
-                              f"has one); give demos.source = file or expert")
-    elif suite != "slot":
-        raise ConfigError(f"tasks.{task['name']}: no planner for the {suite} suite here; give demos.source = file "
-                          f"or expert")
-
-
-def make_demos(task: dict[str, Any], seed: int, out_dir: str, sac=None):
-    """Record the task's demonstrations (runs as a Ray task with two returns: the demonstrations and
-    a dict with the expert's training curve, if any). ``demos.source`` planner: slot's scripted
-    expert or the Adroit door's scripted planner with action noise, or ManiSkill's motion-planning
-    solutions replayed to state observations; expert: SAC trained here on the dense reward with
-    ``sac`` (a :class:`~iclr_ray.rl.sac.SACSettings`), then recorded with action noise."""
-    from ...rl.store import load_demos
-
-    d = task["demos"]
-    if d["source"] == "expert":
-        from ...rl.expert import expert_demos
-
-        demos, curve = expert_demos(env_config(task, None, seed), sac, d["expert_steps"], d["episodes"], seed,
-                                    d["noise"], Path(out_dir) / "expert",
-                                    log=lambda m: print(f"  {task['name']}: {m}", flush=True))
-        if not demos.success.any():  # behaviour cloning learns from successful episodes only
-            raise RuntimeError(f"tasks.{task['name']}: none of the {d['episodes']} episodes of the expert trained for "
-                               f"{d['expert_steps']} env steps succeeded (last mean dense return "
-                               f"{curve[-1]['return'] if curve else float('nan'):.2f}); raise demos.expert_steps")
-        return demos, {"expert_curve": curve}
-    if task["env"]["suite"] in ("slot", "adroit"):
-        from ...rl.rollouts import record_demos
-
-        if task["env"]["suite"] == "slot":
-            from ...rl.slot import scripted_expert as planner
-        else:
-            from ...rl.adroit import DoorPlanner
-
-            planner = DoorPlanner()
-        # the planner sees single frames: record without the frame stack (training_arrays stacks)
-        return record_demos({**env_config(task, None, seed), "obs_horizon": 1}, planner, d["episodes"], seed,
-                            d["noise"]), {}
-    from ...rl.maniskill import motion_planning_demos
-
-    h5 = motion_planning_demos(task["env"]["id"], d["episodes"], Path(out_dir), task["env"]["control_mode"])
-    return load_demos(h5), {}
 
 
 def prepare(cfg: Config) -> dict[str, Any]:
@@ -106,18 +52,68 @@ def prepare(cfg: Config) -> dict[str, Any]:
     return {"demos": out, "dims": dims}
 
 
-def _settings(cfg: Config, task: Task, v: dict[str, Any], k: int = 1):
-    """SAC's settings for one trial: the ``sac`` section with the task's own ``sac`` values over it;
-    ``k``: env steps per SAC step (a chunked residual's chunk length), so H and learning_starts,
-    given in env steps, become SAC steps, and utd is per SAC step (per transition, as the official
-    scripts count it)."""
-    from ...rl.sac import SACSettings
+def check_planner(task: dict[str, Any]) -> None:
+    """The task's planner can run here (before Ray starts)."""
+    suite = task["env"]["suite"]
+    if suite == "maniskill":
+        from ...rl.maniskill import planner_python
 
-    s = cfg.sac.model_dump() | {key: val for key, val in task.sac.model_dump().items() if val is not None}
-    return SACSettings(alpha=v["alpha"], H=v["H"] // k, gamma=s["gamma"], tau=s["tau"], lr=s["lr"], batch=s["batch"],
-                       buffer=s["buffer"], learning_starts=s["learning_starts"] // k, utd=s["utd"],
-                       hidden=list(s["hidden"]), num_env_runners=s["num_env_runners"],
-                       envs_per_runner=s["envs_per_runner"], rollout_fragment=s["rollout_fragment"], seed=cfg.seed)
+        if not planner_python().is_file():
+            raise ConfigError(f"tasks.{task['name']}: ManiSkill's motion planner needs its environment at "
+                              f"{planner_python()} (make planner-venv)")
+    elif suite == "adroit":
+        if task["env"]["id"] not in ("door", "AdroitHandDoor-v1"):
+            raise ConfigError(f"tasks.{task['name']}: no planner for Adroit {task['env']['id']} here (only the door "
+                              f"has one); give demos.source = file or expert")
+    elif suite != "slot":
+        raise ConfigError(f"tasks.{task['name']}: no planner for the {suite} suite here; give demos.source = file "
+                          f"or expert")
+
+
+def make_demos(task: dict[str, Any], seed: int, out_dir: str, sac=None):
+    """Record the task's demonstrations (runs as a Ray task with two returns: the demonstrations and
+    a dict with the expert's training curve, if any). ``demos.source`` planner: slot's scripted
+    expert or the Adroit door's scripted planner with action noise, or ManiSkill's motion-planning
+    solutions replayed to state observations; expert: SAC trained here on the dense reward with
+    ``sac`` (:class:`~iclr_ray.rl.settings.SACSettings`), then recorded with action noise."""
+    from ...rl.store import load_demos
+
+    d = task["demos"]
+    if d["source"] == "expert":
+        from ...rl.expert import expert_demos
+
+        demos, curve = expert_demos(env_config(task, None, seed), sac, d["expert_steps"], d["episodes"], seed,
+                                    d["noise"], Path(out_dir) / "expert")
+        if not demos.success.any():  # behaviour cloning learns from successful episodes only
+            raise RuntimeError(f"tasks.{task['name']}: none of the {d['episodes']} episodes of the expert trained for "
+                               f"{d['expert_steps']} env steps succeeded (last mean dense return "
+                               f"{curve[-1]['return'] if curve else float('nan'):.2f}); raise demos.expert_steps")
+        return demos, {"expert_curve": curve}
+    if task["env"]["suite"] in ("slot", "adroit"):
+        from ...rl.rollouts import record_demos
+
+        if task["env"]["suite"] == "slot":
+            from ...rl.slot import scripted_expert as planner
+        else:
+            from ...rl.adroit import DoorPlanner
+
+            planner = DoorPlanner()
+        # the planner sees single frames: record without the frame stack (training_arrays stacks)
+        return record_demos({**env_config(task, None, seed), "obs_horizon": 1}, planner, d["episodes"], seed,
+                            d["noise"]), {}
+    from ...rl.maniskill import motion_planning_demos
+
+    h5 = motion_planning_demos(task["env"]["id"], d["episodes"], Path(out_dir), task["env"]["control_mode"])
+    return load_demos(h5), {}
+
+
+def sac_settings(cfg: Config, task: Task, k: int = 1) -> SACSettings:
+    """SAC's settings for one of the task's runs: the ``sac`` section with the task's own ``sac``
+    values over it; ``k``: env steps per SAC step (a chunked residual's chunk length), so
+    learning_starts, given in env steps, becomes SAC steps, and utd is per SAC step (per
+    transition, as the official scripts count it)."""
+    s = apply_overrides(cfg.sac, task.sac)
+    return s.model_copy(update={"learning_starts": s.learning_starts // k})
 
 
 def resolve(task: Task, v: Variant) -> dict[str, Any]:
@@ -125,30 +121,24 @@ def resolve(task: Task, v: Variant) -> dict[str, Any]:
             "base": v.base}
 
 
-def trial(config: dict[str, Any], *, cfg_dump: dict[str, Any]) -> None:
+@resumable
+def trial(config: dict[str, Any], out_dir: Path, *, cfg_dump: dict[str, Any]) -> dict[str, Any]:
     """One Tune trial: decorated SAC for the task's env steps, evaluated every eval.every steps."""
     import torch
     from ray import tune
 
-    from ...results import atomic_write_text
     from ...rl.envs import chunk_length
     from ...rl.rollouts import evaluate
     from ...rl.sac import module_actor, sac_config
-    from ...sweep.tuner import trial_storage_dir
 
     torch.set_num_threads(1)
     cfg = Config.model_validate(cfg_dump)
     spec = config["spec"]
     task = next(t for t in cfg.tasks if t.name == spec["task"])
     v = spec["variant"]
-    out_dir = trial_storage_dir()
-    final = out_dir / "final.json"
-    if final.is_file():  # restored after this trial had finished
-        tune.report(json.loads(final.read_text())["last"])
-        return
     env_cfg = env_config(task.model_dump(mode="json"), spec["base_dir"], cfg.seed)
     k = chunk_length(env_cfg)  # env steps per SAC step
-    algo = sac_config(env_cfg, _settings(cfg, task, v, k)).build_algo()
+    algo = sac_config(env_cfg, sac_settings(cfg, task, k), alpha=v["alpha"], H=v["H"] // k, seed=cfg.seed).build_algo()
     eval_cfg = {**env_cfg, "reward": "sparse"}
     curve, next_eval, sampled = [], 0, 0
     try:
@@ -170,22 +160,20 @@ def trial(config: dict[str, Any], *, cfg_dump: dict[str, Any]) -> None:
         algo.save_to_path(str(ckpt))
     finally:
         algo.stop()
-    atomic_write_text(final, json.dumps({"last": curve[-1], "curve": curve, "checkpoint": str(ckpt)}))
+    return {"scores": curve[-1], "curve": curve, "checkpoint": str(ckpt)}
 
 
-def run(cfg: Config, ctx) -> dict[str, Any]:
+def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     import ray
-    from ray import tune
 
+    from ...results import encode_image
     from ...rl import store
+    from ...rl.base_policies import ZeroPolicy
     from ...rl.envs import chunk_length
     from ...rl.offline import train_base
-    from ...rl.base_policies import ZeroPolicy
     from ...rl.rollouts import evaluate
-    from ...sweep.tuner import run_tuner, trial_rows
-    from .plots import plot_all
 
-    inputs = ctx.inputs if ctx.inputs is not None else prepare(cfg)
+    inputs = ctx.inputs
     root = ctx.run_dir.path
     tasks_out: dict[str, Any] = {}
     specs = []
@@ -197,13 +185,13 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
         if t.name in inputs["demos"]:
             demo_refs[t.name] = inputs["demos"][t.name]
         else:
-            sac = _settings(cfg, t, {"alpha": 1.0, "H": 0}) if t.demos.source == "expert" else None
+            sac = sac_settings(cfg, t) if t.demos.source == "expert" else None
             demo_refs[t.name], info_refs[t.name] = record.remote(t.model_dump(mode="json"), cfg.seed,
                                                                  str(root / "demos" / t.demos.source / t.name), sac)
     recording = [f"{t.name} ({t.demos.episodes}{', expert first' if t.demos.source == 'expert' else ''})"
                  for t in cfg.tasks if t.name not in inputs["demos"]]
     if recording:
-        print(f"  recording demonstrations, one Ray task per task: {', '.join(recording)} ...", flush=True)
+        ctx.say("recording demonstrations, one Ray task per task: %s ...", ", ".join(recording))
     for t in cfg.tasks:
         td = t.model_dump(mode="json")
         obs_dim, act_dim = inputs["dims"][t.name]
@@ -212,27 +200,28 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
             # an expert takes minutes: wait for it here, so that one that never succeeded stops the
             # run with its own message rather than inside the base's Train run
             ray.get(info_refs[t.name])
-        print(f"  {t.name}: training the {kind} base through Ray Train ({t.base.steps} steps, once its "
-              f"demonstrations are in) ...", flush=True)
+        ctx.say("%s: training the %s base through Ray Train (%d steps, once its demonstrations are in) ...", t.name,
+                kind, t.base.steps)
         base_dir, base_curve = train_base(kind, t.base.hparams, demo_refs[t.name], obs_dim=obs_dim, act_dim=act_dim,
                                           obs_horizon=t.env.obs_horizon, steps=t.base.steps, batch=t.base.batch,
                                           lr=t.base.lr, seed=cfg.seed, storage=root / "base", name=t.name,
                                           normalize_obs=t.base.normalize_obs, weight_decay=t.base.weight_decay)
         demos = demo_refs[t.name] if isinstance(demo_refs[t.name], store.Demos) else ray.get(demo_refs[t.name])
         store.save_demos(demos, root / "demos" / f"{t.name}.npz")
-        print(f"  {t.name}: {len(demos.seeds)} demonstrations, {int(demos.success.sum())} successful", flush=True)
+        ctx.say("%s: %d demonstrations, %d successful", t.name, len(demos.seeds), int(demos.success.sum()))
         zero_dir = store.save_policy(ZeroPolicy(obs_dim=obs_dim, act_dim=act_dim), root / "base" / f"{t.name}_zero")
         ev_cfg = {**env_config(td, str(base_dir), cfg.seed), "reward": "sparse"}
         n = act_dim * chunk_length(ev_cfg)  # the env's action: a whole chunk with residual_chunk
         base_eval = evaluate(ev_cfg, lambda o: o[-n:], cfg.eval.seed, cfg.eval.episodes, frames=2)
         ctx.log(task=t.name, what="base", success=base_eval["success"], jerk=base_eval["jerk"])
-        print(f"  {t.name}: base {kind} success {base_eval['success']:.2f} on {cfg.eval.episodes} held-out seeds",
-              flush=True)
+        ctx.say("%s: base %s success %.2f on %d held-out seeds", t.name, kind, base_eval["success"], cfg.eval.episodes)
+        frames = base_eval["frames"]
+        shown = np.linspace(0, len(frames) - 1, min(FRAMES, len(frames))).round().astype(int) if frames else []
         tasks_out[t.name] = {"demos": {"episodes": len(demos.seeds), "successful": int(demos.success.sum()),
                                        "seeds": demos.seeds.tolist()},
                              "base": {"kind": kind, "dir": str(base_dir), "loss": base_curve,
                                       **{k: base_eval[k] for k in ("success", "jerk", "return", "length")}},
-                             "frames": np.asarray(base_eval["frames"]).tolist() if base_eval["frames"] else [],
+                             "frames": [encode_image(frames[i]) for i in shown],
                              "env_steps": t.env_steps}
         if t.name in info_refs:
             tasks_out[t.name]["demos"].update(ray.get(info_refs[t.name]))
@@ -240,26 +229,17 @@ def run(cfg: Config, ctx) -> dict[str, Any]:
             rv = resolve(t, v)
             specs.append({"task": t.name, "variant": rv, "base_dir": str(base_dir if v.base else zero_dir),
                           "label": f"{t.name}/{v.name}"})
-    print(f"  {len(specs)} SAC trials (task x variant), {cfg.max_concurrent_trials} at a time ...", flush=True)
-    trainable = tune.with_parameters(trial, cfg_dump=cfg.model_dump(mode="json"))
-    results = run_tuner(trainable, {"spec": tune.grid_search(specs)}, storage_path=root / "tune", name="sac",
-                        max_concurrent_trials=cfg.max_concurrent_trials)
+    ctx.say("%d SAC trials (task x variant), %d at a time ...", len(specs), cfg.max_concurrent_trials)
     trials = []
-    for row in trial_rows(results):
-        spec = row["config"]["spec"]
-        if row["error"]:
-            raise RuntimeError(f"trial {spec['label']} failed: {row['error']}")
-        final = json.loads((Path(row["path"]) / "final.json").read_text())
-        rec = {"task": spec["task"], "variant": spec["variant"]["name"], "alpha": spec["variant"]["alpha"],
-               "H": spec["variant"]["H"], "base": spec["variant"]["base"], "curve": final["curve"],
-               "checkpoint": final["checkpoint"]}
-        ctx.log(**{k: v for k, v in rec.items() if k != "curve"}, final_success=final["last"]["success"])
+    for g in run_grid(trial, specs, storage=root / "tune", name="sac", max_concurrent_trials=cfg.max_concurrent_trials,
+                      cfg_dump=cfg.model_dump(mode="json")):
+        v = g.spec["variant"]
+        rec = {"task": g.spec["task"], "variant": v["name"], "alpha": v["alpha"], "H": v["H"], "base": v["base"],
+               "curve": g.final["curve"], "checkpoint": g.final["checkpoint"]}
+        ctx.log(**{k: val for k, val in rec.items() if k != "curve"}, final_success=g.final["scores"]["success"])
         trials.append(rec)
-    order = {s["label"]: i for i, s in enumerate(specs)}
-    trials.sort(key=lambda r: order[f"{r['task']}/{r['variant']}"])
-    metrics = {"tasks": tasks_out, "trials": trials}
-    for name, fig in plot_all(metrics).items():
-        ctx.save_plot(fig, name)
-    for t in tasks_out.values():
-        t.pop("frames", None)
-    return metrics
+    return {"tasks": tasks_out, "trials": trials}
+
+
+FRAMES = 12
+"""frames of the base's first evaluation episode kept for the figure"""

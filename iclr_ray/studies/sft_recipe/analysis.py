@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from ...claims import Claim
+from ...markdown import fmt, table
 from . import recipe
 from .config import Config
 
@@ -125,18 +126,18 @@ def claims(metrics: dict[str, Any], cfg: Config) -> list[Claim]:
     return out
 
 
-def report_md(metrics: dict[str, Any]) -> str:
-    lines = ["## Trials", "", "| trial | experiments | batch | lr | schedule | warmup | order | early grad norm | "
-             "early loss | knowledge | skills EM | score |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+def report_md(metrics: dict[str, Any], cfg: Config) -> str:
+    def f(x):
+        return fmt(x, ".3f")
 
-    def f(x, fmt=".3f"):
-        return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
-
+    rows = []
     for t in metrics.get("trials", []):
         know = t.get("knowledge_mc") if t.get("knowledge_mc") is not None else t.get("knowledge_em")
-        lines.append(f"| {t['label']} | {', '.join(t['experiments'])} | {t['batch']} | {t['lr']:g} | {t['schedule']} | "
-                     f"{t['warmup_steps']} | {t['order']} | {f(t.get('early_grad_norm'))} | {f(t.get('early_loss'))} | "
-                     f"{f(know)} | {f(t.get('skills_em'))} | {f(t.get('score'))} |")
+        rows.append([t["label"], ", ".join(t["experiments"]), str(t["batch"]), f"{t['lr']:g}", t["schedule"],
+                     str(t["warmup_steps"]), t["order"], f(t.get("early_grad_norm")), f(t.get("early_loss")), f(know),
+                     f(t.get("skills_em")), f(t.get("score"))])
+    lines = ["## Trials", "", table(["trial", "experiments", "batch", "lr", "schedule", "warmup", "order",
+                                     "early grad norm", "early loss", "knowledge", "skills EM", "score"], rows)]
     if s := metrics.get("early_stop"):
         lines += ["", "## Early termination vs the full grid", "",
                   f"{s['stopped']} of {s['trials']} trials stopped; {s['samples_with_scheduler']} of "
@@ -147,8 +148,6 @@ def report_md(metrics: dict[str, Any]) -> str:
     if d := metrics.get("data"):
         lines += ["", "## Data", "", ", ".join(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}"
                                                for k, v in d.items())]
-    lines += ["", "Plots: `plots/loss_curves.png`, `plots/early_vs_score.png`, `plots/grid_heatmap.png`, "
-              "`plots/warmup_schedule.png`, `plots/phased_vs_stacked.png`; TensorBoard: "
-              "`tensorboard --logdir <run>/tune`."]
+    lines += ["", "Every trial's curves in TensorBoard: `tensorboard --logdir <run>/tune`."]
     return "\n".join(lines)
 

@@ -112,6 +112,9 @@ class Config(StudyConfig):
     max_concurrent_trials: int = Field(2, ge=1)
 
 
+SWEEPABLE = ("sft.",)
+"""``iclr-ray sweep`` varies the SFT recipe; the data, the pre-training and the rest are shared by every trial"""
+
 PRESETS = {
     "smoke": {
         "data": {"seq_len": 128, "n_pretrain": 200, "n_train": 240, "n_eval": 12, "vocab_size": 400},

@@ -11,6 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from .config import Config  # noqa: E402
+
 
 def _finished(trials, experiment=None):
     return [t for t in trials if t["finished"] and (experiment is None or experiment in t["experiments"])]
@@ -124,12 +126,9 @@ def phased_vs_stacked(trials) -> plt.Figure | None:
     return fig
 
 
-def save_all(ctx, cfg, metrics: dict[str, Any]) -> None:
+def plot_all(metrics: dict[str, Any], cfg: Config) -> dict[str, Any]:
     trials = metrics["trials"]
     figs = {"loss_curves": loss_curves(trials), "early_vs_score": early_vs_score(trials, metrics, cfg.early.window),
             "grid_heatmap": grid_heatmap(trials), "warmup_schedule": warmup_schedule(trials),
             "phased_vs_stacked": phased_vs_stacked(trials)}
-    for name, fig in figs.items():
-        if fig is not None:
-            ctx.save_plot(fig, name)
-            plt.close(fig)
+    return {name: fig for name, fig in figs.items() if fig is not None}

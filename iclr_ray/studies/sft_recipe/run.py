@@ -9,7 +9,6 @@ steps to Tune, and ends by scoring its final checkpoint on the held-out sets.
 """
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,8 @@ from typing import Any
 
 from ...config import ConfigError, deep_merge
 from ...results import atomic_write_text
+from ...runtime import RunContext
+from ...sweep.grid import GridTrial, resumable, run_grid
 from ...llm import data as llm_data
 from ...llm.evaluate import MCItem, read_mc_jsonl
 from ...llm.model import TINY_MODELS
@@ -184,16 +185,15 @@ def _train_config(sft: Sft, model: str, seed: int):
                        max_failures=1, seed=seed)
 
 
-def sft_trial(config: dict[str, Any], *, base: dict[str, Any], model: str, seed: int, world: World,
-              window: float = 0.1) -> None:
+@resumable
+def sft_trial(config: dict[str, Any], trial_dir: Path, *, base: dict[str, Any], model: str, seed: int, world: World,
+              window: float = 0.1) -> dict[str, Any]:
     """One Tune trial: SFT with the spec's recipe through Ray Train (every step of the early window
     and ~40 later ones reported to Tune; all of them in steps.jsonl), then the held-out scores of
-    the final checkpoint. ``config`` is either ``{"spec": spec}``
-    (the study's experiments) or flat ``sft.<key>`` values (``iclr-ray sweep``)."""
-    from ray import tune
-
+    the final checkpoint. ``config`` is either ``{"spec": spec}`` (the study's experiments) or flat
+    ``sft.<key>`` values (``iclr-ray sweep``)."""
     from ...llm.train import fit
-    from ...sweep.tuner import thinned_tune_report, trial_storage_dir
+    from ...sweep.tuner import thinned_tune_report
 
     spec = config.get("spec") or {"label": "sweep", "order": "stacked",
                                   "sft": {k.split(".", 1)[1]: v for k, v in config.items() if k.startswith("sft.")}}
@@ -203,20 +203,11 @@ def sft_trial(config: dict[str, Any], *, base: dict[str, Any], model: str, seed:
     order = None
     if spec["order"] == "phased":
         order = recipe.phased_order(len(world.knowledge_rows), len(world.skills_rows), sft.sample_budget, seed)
-    trial_dir = trial_storage_dir()
-    final = trial_dir / "final.json"
-    if final.is_file():  # a resumed sweep whose last saved state predates this trial's end
-        tune.report(json.loads(final.read_text()))
-        return
     result = fit(tcfg, rows, world.tokenizer(), trial_dir, "train", order=order, eval_rows=world.eval_rows,
                  callbacks=[thinned_tune_report(tcfg.max_steps, dense_until=2 * window)],
                  final_eval=world.scorer(sft.max_new_tokens))
-    if result.error is not None:
-        raise result.error
     scores = {k: result.metrics[k] for k in SCORES if k in result.metrics}
-    scores = {**scores, "progress": 1.0, "samples": tcfg.max_steps * tcfg.rows_per_step()}
-    atomic_write_text(final, json.dumps(scores))
-    tune.report(scores)
+    return {"scores": {**scores, "progress": 1.0, "samples": tcfg.max_steps * tcfg.rows_per_step()}}
 
 
 def replay_trial(config: dict[str, Any], *, recorded: dict[str, dict[str, Any]], window: float) -> None:
@@ -251,25 +242,23 @@ def pretrain(cfg: Config, world: World, storage: Path) -> str:
                        schedule="cosine", warmup_steps=max(1, p.steps // 20), zero_stage=2,
                        num_workers=p.num_workers, seed=cfg.seed)
     result = fit(tcfg, world.pretrain_rows, world.tokenizer(), storage, "pretrain")
-    if result.error is not None:
-        raise result.error
     return str(Path(result.checkpoint.path) / "model")
 
 
-def base_model(cfg: Config, world: World, root: Path, ctx, reuse: bool = False) -> str:
+def base_model(cfg: Config, world: World, root: Path, ctx: RunContext) -> str:
     """The model every trial starts from: ``sft.model`` itself, or for a named tiny model, that
-    model pre-trained here (its path is kept in ``pretrained_model.txt``, which ``reuse`` reads
-    back when a sweep resumes)."""
+    model pre-trained here (its path is kept in ``pretrained_model.txt``, which a resumed run or
+    sweep reads back)."""
     model = cfg.sft.model
     if not (cfg.pretrain.steps and model in TINY_MODELS):
         return model
     marker = root / "pretrained_model.txt"
-    if reuse and marker.is_file():
+    if marker.is_file():
         return marker.read_text().strip()
-    print(f"  pre-training {model} for {cfg.pretrain.steps} steps on {cfg.pretrain.num_workers} Ray Train "
-          f"workers ...", flush=True)
+    ctx.say("pre-training %s for %d steps on %d Ray Train workers ...", model, cfg.pretrain.steps,
+            cfg.pretrain.num_workers)
     model = pretrain(cfg, world, root / "pretrain")
-    marker.write_text(model)
+    atomic_write_text(marker, model)
     ctx.log(stage="pretrain", model=model)
     return model
 
@@ -281,76 +270,68 @@ def early_stopper(cfg: Config):
     return EarlyDynamicsStopper(window=e.window, keep=e.keep, predictor=e.predictor, min_trials=e.min_trials)
 
 
-def _collect(results, label_of) -> list[dict[str, Any]]:
+def _collect(trials: list[GridTrial]) -> list[dict[str, Any]]:
     """Per trial: its spec fields, final scores and the per-step curve from steps.jsonl."""
     from ...llm.train import read_steps
 
-    trials = []
-    for r in results:
-        spec = label_of(r.config)
-        steps = read_steps(r.path, "train") if r.path else []
-        m = dict(r.metrics or {})
-        rec = {"label": spec["label"], "experiments": spec.get("experiments", []), "order": spec["order"],
-               **spec["sft"], "error": None if r.error is None else str(r.error).splitlines()[0],
-               "score": m.get("score"), "knowledge_mc": m.get("knowledge_mc"), "knowledge_em": m.get("knowledge_em"),
-               "skills_em": m.get("skills_em"), "finished": m.get("score") is not None,
-               "samples": max((s["samples"] for s in steps), default=m.get("samples", 0)),
-               "curve": [{k: s[k] for k in ("samples", "progress", "loss", "grad_norm", "lr", "eval_loss",
-                                             "eval_loss_knowledge", "eval_loss_skills") if k in s} for s in steps]}
-        trials.append(rec)
-    return trials
+    out = []
+    for t in trials:
+        spec = t.spec
+        steps = read_steps(t.path, "train") if t.path else []
+        m = t.metrics
+        out.append({"label": spec["label"], "experiments": spec.get("experiments", []), "order": spec["order"],
+                    **spec["sft"], "error": t.error,
+                    "score": m.get("score"), "knowledge_mc": m.get("knowledge_mc"),
+                    "knowledge_em": m.get("knowledge_em"), "skills_em": m.get("skills_em"),
+                    "finished": m.get("score") is not None,
+                    "samples": max((s["samples"] for s in steps), default=m.get("samples", 0)),
+                    "curve": [{k: s[k] for k in ("samples", "progress", "loss", "grad_norm", "lr", "eval_loss",
+                                                  "eval_loss_knowledge", "eval_loss_skills") if k in s}
+                              for s in steps]})
+    return out
 
 
-def run(cfg: Config, ctx) -> dict[str, Any]:
-    from ray import tune
-
-    from ...sweep.tuner import run_tuner
-
-    world = build_world(cfg, ctx.inputs or {})
+def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
+    world = build_world(cfg, ctx.inputs)
     ctx.log(stage="data", **world.stats)
-    print(f"  data: {world.stats}", flush=True)
+    ctx.say("data: %s", world.stats)
     root = ctx.run_dir.path
     model = base_model(cfg, world, root, ctx)
-    base = cfg.sft.model_dump(mode="json")
-    trainable = tune.with_parameters(sft_trial, base=base, model=model, seed=cfg.seed, world=world,
-                                     window=cfg.early.window)
+    common = {"base": cfg.sft.model_dump(mode="json"), "model": model, "seed": cfg.seed, "world": world,
+              "window": cfg.early.window}
     specs = trial_specs(cfg)
-    print(f"  sweep: {len(specs)} SFT trials, {cfg.max_concurrent_trials} at a time ...", flush=True)
-    results = run_tuner(trainable, {"spec": tune.grid_search(specs)}, storage_path=root / "tune", name="recipe",
-                        max_concurrent_trials=cfg.max_concurrent_trials)
-    trials = _collect(results, lambda c: c["spec"])
+    ctx.say("sweep: %d SFT trials, %d at a time ...", len(specs), cfg.max_concurrent_trials)
+    trials = _collect(run_grid(sft_trial, specs, storage=root / "tune", name="recipe",
+                               max_concurrent_trials=cfg.max_concurrent_trials, allow_unfinished=True, **common))
     metrics: dict[str, Any] = {"data": world.stats, "pretrained_model": model, "trials": trials}
 
     grid = [s for s in specs if "grid" in s["experiments"]]
     if cfg.early.rerun_with_scheduler and len(grid) >= 2:
-        print(f"  early-termination sweep: the {len(grid)} grid trials again under the scheduler"
-              f" ({'replayed' if cfg.early.replay else 'trained again'}) ...", flush=True)
-        rerun = trainable
+        ctx.say("early-termination sweep: the %d grid trials again under the scheduler (%s) ...", len(grid),
+                "replayed" if cfg.early.replay else "trained again")
         if cfg.early.replay:
-            recorded = {t["label"]: t for t in trials}
-            rerun = tune.with_parameters(replay_trial, recorded=recorded, window=cfg.early.window)
-        early = run_tuner(rerun, {"spec": tune.grid_search(grid)}, storage_path=root / "tune",
-                          name="early_stop", max_concurrent_trials=cfg.max_concurrent_trials,
-                          scheduler=early_stopper(cfg))
-        metrics["early_stop_trials"] = _collect(early, lambda c: c["spec"])
+            rerun, params = replay_trial, {"recorded": {t["label"]: t for t in trials}, "window": cfg.early.window}
+        else:
+            rerun, params = sft_trial, common
+        early = run_grid(rerun, grid, storage=root / "tune", name="early_stop",
+                         max_concurrent_trials=cfg.max_concurrent_trials, scheduler=early_stopper(cfg),
+                         allow_unfinished=True, **params)
+        metrics["early_stop_trials"] = _collect(early)
         metrics["early_stop_mode"] = "replay" if cfg.early.replay else "live"
     metrics.update(analyse(cfg, metrics))
-    from . import plots
-
-    plots.save_all(ctx, cfg, metrics)
     return metrics
 
 
-def sweep(cfg: Config, space, ctx, scheduler: str, resume: bool) -> dict[str, Any]:
+def sweep(cfg: Config, space, ctx: RunContext, scheduler: str, resume: bool) -> dict[str, Any]:
     """``iclr-ray sweep sft_recipe --space FILE``: the space's ``sft.*`` values per trial, each trial
     the SFT loop on the shared data and pre-trained model; ranked by the space's metric."""
     from ray import tune
 
     from ...sweep.tuner import run_tuner
 
-    world = build_world(cfg, ctx.inputs or {})
+    world = build_world(cfg, ctx.inputs)
     root = ctx.run_dir.path
-    model = base_model(cfg, world, root, ctx, reuse=resume)
+    model = base_model(cfg, world, root, ctx)
     trainable = tune.with_parameters(sft_trial, base=cfg.sft.model_dump(mode="json"), model=model, seed=cfg.seed,
                                      world=world, window=cfg.early.window)
     results = run_tuner(trainable, space.tune_param_space(), storage_path=root / "tune", name="sweep",
@@ -359,24 +340,17 @@ def sweep(cfg: Config, space, ctx, scheduler: str, resume: bool) -> dict[str, An
     rows = []
     for r in results:
         m = dict(r.metrics or {})
-        params = {k: (r.config or {}).get(k) for k in space.params}
-        rows.append({"params": params, space.metric: m.get(space.metric), "finished": m.get("score") is not None,
-                     "samples": m.get("samples"), "progress": m.get("progress"),
+        rows.append({"params": {k: (r.config or {}).get(k) for k in space.params}, space.metric: m.get(space.metric),
+                     "finished": m.get("score") is not None, "samples": m.get("samples"), "progress": m.get("progress"),
                      "error": None if r.error is None else str(r.error).splitlines()[0]})
-    ranked = [r for r in rows if r[space.metric] is not None]
-    ranked.sort(key=lambda r: r[space.metric], reverse=space.mode == "max")
-    head = "| " + " | ".join([*space.params, space.metric, "finished", "rows seen"]) + " |"
-    table = [head, "|" + "---|" * (len(space.params) + 3)]
-    for r in ranked + [r for r in rows if r[space.metric] is None]:
-        table.append("| " + " | ".join([*(str(v) for v in r["params"].values()), str(r[space.metric]),
-                                         str(r["finished"]), str(r["samples"])]) + " |")
-    summary = {"trials": len(rows), "finished": sum(r["finished"] for r in rows), "rows": rows,
-               "best": ranked[0] if ranked else None, "metric": space.metric, "mode": space.mode,
-               "pretrained_model": model, "table": "\n".join(table)}
+    ranked = sorted((r for r in rows if r[space.metric] is not None), key=lambda r: r[space.metric],
+                    reverse=space.mode == "max")
     if len(space.params) == 2 and ranked:
         from . import plots
 
         fig = plots.sweep_heatmap(rows, list(space.params), space.metric)
         if fig is not None:
-            ctx.save_plot(fig, "sweep_heatmap")
-    return summary
+            ctx.save_plots({"sweep_heatmap": fig})
+    return {"trials": len(rows), "finished": sum(r["finished"] for r in rows), "rows": rows,
+            "best": ranked[0] if ranked else None, "metric": space.metric, "mode": space.mode,
+            "pretrained_model": model}

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 
 from ...claims import Claim
+from ...markdown import table
+from .config import Config
 from .measure import loglog_slope, m_at
 
 EXACT_TOL = 1e-12
@@ -66,7 +68,7 @@ def m99(rows: list[dict], field: str) -> dict[int, float]:
     return {s: m_at([r for r in rows if r["s"] == s], field) for s in sorted({r["s"] for r in rows})}
 
 
-def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
+def claims(metrics: dict[str, Any], cfg: Config) -> list[Claim]:
     lp = metrics["lp"]
     rows = lp["rows"]
     linf = metrics["linf"]
@@ -146,13 +148,8 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
     ]
 
 
-def report_md(metrics: dict[str, Any]) -> str:
+def report_md(metrics: dict[str, Any], cfg: Config) -> str:
     d = metrics["data"]
-    lines = ["## Measurements", "",
-             f"Data: {d['source']}, |X| = {d['n']} vectors in d = {d['d']:,}, s = {d['s']} "
-             f"({d['nnz']} non-zeros, {d['memory_mb']:.2f} MiB in memory).", "",
-             "### ℓ_p: worst distortion over all pairs (max over seeds)", "",
-             "| map | ε | m | t | m·t | p | min ratio | max ratio | distortion |", "|---|---|---|---|---|---|---|---|---|"]
     agg: dict[tuple, dict] = {}
     for r in metrics["lp"]["rows"]:
         key = (r["method"], r["eps"], r["p"])
@@ -160,26 +157,34 @@ def report_md(metrics: dict[str, Any]) -> str:
         a["min_ratio"] = min(a["min_ratio"], r["min_ratio"])
         a["max_ratio"] = max(a["max_ratio"], r["max_ratio"])
         a["distortion"] = max(a["distortion"], r["distortion"])
-    for (method, eps, p), a in agg.items():
-        lines.append(f"| {method} | {eps:g} | {a['m']} | {a['t']} | {a['dims']:,} | {p} | {a['min_ratio']:.4f} | "
-                     f"{a['max_ratio']:.6f} | {a['distortion']:.4f} |")
     sg = metrics["lp"]["signed"]
-    lines += ["", f"Signed control (m = {sg['m']}, t = {sg['t']}): "
-              + ", ".join(f"p = {r['p']}: ratios [{r['min_ratio']:.3f}, {r['max_ratio']:.3f}]" for r in sg["by_p"]), "",
-              "### Exact ℓ_∞", "", "| |X| | pairs | m | predicted t | smallest exact t (per seed) | exact at predicted t | linear: exact share |",
-              "|---|---|---|---|---|---|---|"]
+    linf = []
     for size in sorted({r["size"] for r in metrics["linf"]}):
         rs = [r for r in metrics["linf"] if r["size"] == size]
-        lines.append(f"| {size} | {rs[0]['pairs']} | {rs[0]['m']} | {rs[0]['t_pred']} | "
-                     f"{', '.join(str(r['t_min']) for r in rs)} | {sum(r['exact_at_pred'] for r in rs)}/{len(rs)} | "
-                     f"{np.mean([r['linear_exact_fraction'] for r in rs]):.3f} |")
-    lines += ["", "### Average case: m for 99% exact", "", "| s | s² | birthday map m_99 | NNLS m_99 |", "|---|---|---|---|"]
+        linf.append([str(size), str(rs[0]["pairs"]), str(rs[0]["m"]), str(rs[0]["t_pred"]),
+                     ", ".join(str(r["t_min"]) for r in rs), f"{sum(r['exact_at_pred'] for r in rs)}/{len(rs)}",
+                     f"{np.mean([r['linear_exact_fraction'] for r in rs]):.3f}"])
     bd99, cs99 = m99(metrics["birthday"], "measured"), m99(metrics["cs"], "recovered")
-    for s in sorted(set(bd99) | set(cs99)):
-        lines.append(f"| {s} | {s * s} | {bd99.get(s, float('nan')):.0f} | {cs99.get(s, float('nan')):.0f} |")
-    lines += ["", "### Downstream", "", "| map | ε | p | diameter rel. error | k-center cost ratio | same centers |",
-              "|---|---|---|---|---|---|"]
-    for dm, kc in zip(metrics["lp"]["downstream"]["diameter"], metrics["lp"]["downstream"]["k_center"]):
-        eps = "" if dm["eps"] is None else f"{dm['eps']:g}"
-        lines.append(f"| {dm['map']} | {eps} | {dm['p']} | {dm['rel_error']:.2e} | {kc['cost_ratio']:.4f} | {kc['same_centers']} |")
+    down = metrics["lp"]["downstream"]
+    lines = ["## Measurements", "",
+             f"Data: {d['source']}, |X| = {d['n']} vectors in d = {d['d']:,}, s = {d['s']} "
+             f"({d['nnz']} non-zeros, {d['memory_mb']:.2f} MiB in memory).", "",
+             "### ℓ_p: worst distortion over all pairs (max over seeds)", "",
+             table(["map", "ε", "m", "t", "m·t", "p", "min ratio", "max ratio", "distortion"],
+                   [[method, f"{eps:g}", str(a["m"]), str(a["t"]), f"{a['dims']:,}", p, f"{a['min_ratio']:.4f}",
+                     f"{a['max_ratio']:.6f}", f"{a['distortion']:.4f}"] for (method, eps, p), a in agg.items()]),
+             "", f"Signed control (m = {sg['m']}, t = {sg['t']}): "
+             + ", ".join(f"p = {r['p']}: ratios [{r['min_ratio']:.3f}, {r['max_ratio']:.3f}]" for r in sg["by_p"]), "",
+             "### Exact ℓ_∞", "",
+             table(["|X|", "pairs", "m", "predicted t", "smallest exact t (per seed)", "exact at predicted t",
+                    "linear: exact share"], linf),
+             "", "### Average case: m for 99% exact", "",
+             table(["s", "s²", "birthday map m_99", "NNLS m_99"],
+                   [[str(s), str(s * s), f"{bd99.get(s, float('nan')):.0f}", f"{cs99.get(s, float('nan')):.0f}"]
+                    for s in sorted(set(bd99) | set(cs99))]),
+             "", "### Downstream", "",
+             table(["map", "ε", "p", "diameter rel. error", "k-center cost ratio", "same centers"],
+                   [[dm["map"], "" if dm["eps"] is None else f"{dm['eps']:g}", dm["p"], f"{dm['rel_error']:.2e}",
+                     f"{kc['cost_ratio']:.4f}", str(kc["same_centers"])]
+                    for dm, kc in zip(down["diameter"], down["k_center"])])]
     return "\n".join(lines) + "\n"

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .analysis import m99  # noqa: E402
+from .config import Config  # noqa: E402
 
 P_COLORS = {"1": "tab:blue", "2": "tab:green", "3": "tab:purple", "inf": "tab:red"}
 
@@ -93,6 +94,6 @@ def average_case(metrics: dict[str, Any]):
     return fig
 
 
-def plot_all(metrics: dict[str, Any], cfg) -> dict[str, Any]:
+def plot_all(metrics: dict[str, Any], cfg: Config) -> dict[str, Any]:
     return {"distortion_vs_dims": distortion_vs_dims(metrics), "linf_exact_vs_reps": linf_exact_vs_reps(metrics),
             "average_case": average_case(metrics)}

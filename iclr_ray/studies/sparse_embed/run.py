@@ -20,6 +20,26 @@ from .config import Config
 INF = math.inf
 
 
+def prepare(cfg: Config) -> dict[str, Any]:
+    """The data sets, read (docword / npz) or generated, before Ray starts: a bad file exits 2."""
+    v = cfg.vectors
+    if v.docword is not None:
+        X, source = data.load_docword(v.docword, max_docs=v.n), f"docword {v.docword.name}"
+    elif v.npz is not None:
+        X, source = data.load_npz(v.npz, max_rows=v.n), f"npz {v.npz.name}"
+    else:
+        X, source = data.random_sparse(v.n, v.d, v.s, cfg.seed, clusters=v.clusters), "generated"
+    s = data.sparsity(X)
+    if max(cfg.cs.s_values) > cfg.cs.d:
+        raise ConfigError(f"cs.s_values: {max(cfg.cs.s_values)} non-zeros do not fit in cs.d = {cfg.cs.d}")
+    if cfg.cs.m_min > cfg.cs.m_max:
+        raise ConfigError(f"cs.m_min = {cfg.cs.m_min} exceeds cs.m_max = {cfg.cs.m_max}")
+    if max(cfg.birthday.s_values) > cfg.vectors.d:
+        raise ConfigError(f"birthday.s_values: {max(cfg.birthday.s_values)} does not fit in vectors.d = {cfg.vectors.d}")
+    Xinf = data.random_sparse(max(cfg.linf.sizes), X.shape[1], s, cfg.seed + 1) if s <= X.shape[1] else X
+    return {"X": X, "Xinf": Xinf, "source": source}
+
+
 @ray.remote(num_cpus=1)
 def embed_task(X: sp.csr_matrix, spec) -> sp.csr_matrix:
     return spec.embed(X)
@@ -182,7 +202,7 @@ def average_case(ctx: RunContext, cfg: Config) -> dict[str, list[dict]]:
 
 
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
-    inputs = ctx.inputs if ctx.inputs is not None else prepare(cfg)
+    inputs = ctx.inputs
     X, Xinf = inputs["X"], inputs["Xinf"]
     metrics: dict[str, Any] = {"data": {"source": inputs["source"], "n": X.shape[0], "d": X.shape[1],
                                         "s": data.sparsity(X), "nnz": int(X.nnz),
@@ -190,29 +210,4 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     metrics["lp"] = lp_experiment(ctx, cfg, X)
     metrics["linf"] = linf_experiment(ctx, cfg, Xinf)
     metrics.update(average_case(ctx, cfg))
-
-    from .plots import plot_all
-
-    for name, fig in plot_all(metrics, cfg).items():
-        ctx.save_plot(fig, name)
     return metrics
-
-
-def prepare(cfg: Config) -> dict[str, Any]:
-    """The data sets, read (docword / npz) or generated, before Ray starts: a bad file exits 2."""
-    v = cfg.vectors
-    if v.docword is not None:
-        X, source = data.load_docword(v.docword, max_docs=v.n), f"docword {v.docword.name}"
-    elif v.npz is not None:
-        X, source = data.load_npz(v.npz, max_rows=v.n), f"npz {v.npz.name}"
-    else:
-        X, source = data.random_sparse(v.n, v.d, v.s, cfg.seed, clusters=v.clusters), "generated"
-    s = data.sparsity(X)
-    if max(cfg.cs.s_values) > cfg.cs.d:
-        raise ConfigError(f"cs.s_values: {max(cfg.cs.s_values)} non-zeros do not fit in cs.d = {cfg.cs.d}")
-    if cfg.cs.m_min > cfg.cs.m_max:
-        raise ConfigError(f"cs.m_min = {cfg.cs.m_min} exceeds cs.m_max = {cfg.cs.m_max}")
-    if max(cfg.birthday.s_values) > cfg.vectors.d:
-        raise ConfigError(f"birthday.s_values: {max(cfg.birthday.s_values)} does not fit in vectors.d = {cfg.vectors.d}")
-    Xinf = data.random_sparse(max(cfg.linf.sizes), X.shape[1], s, cfg.seed + 1) if s <= X.shape[1] else X
-    return {"X": X, "Xinf": Xinf, "source": source}

@@ -10,7 +10,9 @@ import numpy as np
 from scipy import stats
 
 from ...claims import Claim
+from ...markdown import fmt, table
 from . import growth
+from .config import Config
 
 # Bounds, fixed from the paper's statements before any run (docs/studies/sphere_flow.md)
 MATCH = 0.8
@@ -94,7 +96,77 @@ def metastable_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def analyse(cfg, cells: list[dict[str, Any]], outs: list[dict[str, Any]]) -> dict[str, Any]:
+def _spread(items: list, k: int) -> list:
+    if len(items) <= k:
+        return items
+    return [items[i] for i in np.unique(np.linspace(0, len(items) - 1, k).round().astype(int))]
+
+
+def _changes(t, count) -> tuple[list[float], list[int]]:
+    """A step function (where > 0) by its change points and its last point: drawn with
+    ``where="post"`` it is the same line as all of its points."""
+    t, count = np.asarray(t, float), np.asarray(count)
+    on = count > 0
+    t, count = t[on], count[on]
+    keep = np.ones(len(count), bool)
+    keep[1:-1] = count[1:-1] != count[:-2]
+    return t[keep].tolist(), count[keep].astype(int).tolist()
+
+
+def figure_data(cells: list[dict[str, Any]], outs: list[dict[str, Any]], separation: float,
+                bins: int = 180) -> dict[str, Any]:
+    """What the figures draw, taken from the simulations: the mode amplitudes of seed 0 of up to
+    three circle β (the clearly separated ones first), one sphere β and one PDE (k* and its
+    neighbours); angle histograms of the first four meta-stable runs with snapshots; token
+    directions on the sphere at the start and end; every meta-stable run's cluster count by its
+    change points; the PDE densities of seed 0."""
+    pairs = list(zip(cells, outs))
+
+    def first(kind):
+        runs = [(c, o) for c, o in pairs if c["experiment"] == kind and c["seed"] == 0]
+        form = runs[0][0]["form"] if runs else None
+        runs = [(c, o) for c, o in runs if c["form"] == form]
+        clear = [(c, o) for c, o in runs if growth.separation(c["beta"], c["d"]) >= separation]
+        return clear or runs
+
+    def panel(c, o):
+        amps, k = np.asarray(o["amps"]), o["k_star"]
+        modes = [m for m in range(k - 2, k + 3) if 1 <= m <= amps.shape[1]]
+        return {"experiment": c["experiment"], "beta": c["beta"], "d": c["d"], "form": c["form"], "k_star": k,
+                "modes": modes, "t": np.asarray(o["t"]).tolist(), "amps": amps[:, [m - 1 for m in modes]].tolist(),
+                "amps_min": float(amps.min())}
+
+    def histogram(x):
+        x = np.asarray(x, float)
+        h, _ = np.histogram(np.arctan2(x[:, 1], x[:, 0]), bins=np.linspace(-np.pi, np.pi, bins + 1))
+        return (h * bins / len(x)).tolist()
+
+    def directions(x):
+        x = np.asarray(x, float)[:, :3]
+        x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)  # d > 3: direction in 3D
+        return np.arctan2(x[:, 1], x[:, 0]).tolist(), np.arcsin(np.clip(x[:, 2], -1, 1)).tolist()
+
+    meta = [(c, o) for c, o in pairs if c["experiment"] == "metastable"]
+    sphere = [(c, o) for c, o in pairs if c["experiment"] == "sphere" and o["snapshots"]][:4]
+    pde = [(c, o) for c, o in pairs if c["experiment"] == "pde" and o["densities"]]
+    return {
+        "amplitudes": [panel(c, o) for c, o in _spread(first("circle"), 3) + first("sphere")[:1] + first("pde")[:1]],
+        "circle_snapshots": [{"beta": c["beta"], "snapshots": [{"t": s["t"], "density": histogram(s["x"])}
+                                                              for s in o["snapshots"]]}
+                             for c, o in meta if o["snapshots"]][:4],
+        "cluster_counts": [{"beta": c["beta"], "seed": c["seed"], "form": c["form"], "k_star": o["k_star"],
+                            **dict(zip(("t", "count"), _changes(o["t"], o["count"])))} for c, o in meta],
+        "sphere_snapshots": [{"d": c["d"], "beta": c["beta"], "k_star": o["k_star"],
+                              "snapshots": [{"t": s["t"], **dict(zip(("lon", "lat"), directions(s["x"])))}
+                                            for s in (o["snapshots"][0], o["snapshots"][-1])]} for c, o in sphere],
+        "pde_density": ({"grid": pde[0][0]["n"], "beta": pde[0][0]["beta"], "t_resolved": pde[0][1]["t_resolved"],
+                         "densities": [{"t": d["t"], "rho": np.asarray(d["rho"]).tolist()}
+                                       for d in pde[0][1]["densities"]]}
+                        if pde else None),
+    }
+
+
+def analyse(cfg: Config, cells: list[dict[str, Any]], outs: list[dict[str, Any]]) -> dict[str, Any]:
     parts = [(c, o) for c, o in zip(cells, outs) if c["experiment"] != "pde"]
     rows = [particle_summary(c, o) for c, o in parts]
     pdes = [pde_summary(c, o, cfg.threshold) for c, o in zip(cells, outs) if c["experiment"] == "pde"]
@@ -113,6 +185,7 @@ def analyse(cfg, cells: list[dict[str, Any]], outs: list[dict[str, Any]]) -> dic
                      "steps": sum(r["steps"] for r in rows), "evals": sum(r["evals"] for r in rows),
                      "rejected": sum(r["rejected"] for r in rows),
                      "task_seconds": sum(r["seconds"] for r in rows) + sum(p["seconds"] for p in pdes)},
+        "figures": figure_data(cells, outs, cfg.separation),
     }
 
 
@@ -140,7 +213,7 @@ def _dom(table) -> str:
                      f"seen {_counts(t['dominant'])}" for t in table if t["included"])
 
 
-def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
+def claims(metrics: dict[str, Any], cfg: Config) -> list[Claim]:
     out = []
     sphere = f"on S^{cfg.sphere.d - 1} (d = {cfg.sphere.d})"
     for name, d_label in (("circle", "on the circle (d = 2)"), ("sphere", sphere)):
@@ -211,51 +284,40 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
     return out
 
 
-def _fmt(x, spec: str = ".3g") -> str:
-    return format(x, spec) if _finite(x) else "n/a"
-
-
 def _counts(d: dict) -> str:
     """{mode: cells} as 'mode: cells, ...' (keys are strings once read back from result.json)."""
     return ", ".join(f"{k}: {v}" for k, v in sorted(d.items(), key=lambda kv: int(kv[0]))) or "-"
 
 
-def report_md(metrics: dict[str, Any]) -> str:
+def report_md(metrics: dict[str, Any], cfg: Config) -> str:
     parts = [f"Time unit: {metrics['time_unit']}. Linear phase ends when the largest mode amplitude reaches "
              f"{metrics['threshold']:g}; β with λ_k*/λ_2nd < {metrics['separation_rule']:g} are left out of the "
              f"mode claims. Integrator: {metrics['integrator']}."]
     for name, title in (("circle_table", "Linear phase on the circle (d = 2)"),
                         ("sphere_table", "Linear phase on the sphere (d >= 3)")):
-        table = metrics[name]
-        if not table:
-            continue
-        lines = [f"### {title}", "", "| β | form | k* | λ_k*/λ_2nd | in claim | dominant modes (cells) | k* share | "
-                 "k* slope / λ_k* (median) | end of linear phase (median) |", "|---|---|---|---|---|---|---|---|---|"]
-        for t in table:
-            lines.append(f"| {t['beta']:g} | {t['form']} | {t['k_star']} | {t['separation']:.3f} | "
-                         f"{'yes' if t['included'] else 'no'} | {_counts(t['dominant'])} | {t['match']:.2f} | "
-                         f"{_fmt(t['slope'])} | {_fmt(t['t_linear'])} |")
-        parts.append("\n".join(lines))
+        if metrics[name]:
+            parts.append(f"### {title}\n\n" + table(
+                ["β", "form", "k*", "λ_k*/λ_2nd", "in claim", "dominant modes (cells)", "k* share",
+                 "k* slope / λ_k* (median)", "end of linear phase (median)"],
+                [[f"{t['beta']:g}", t["form"], str(t["k_star"]), f"{t['separation']:.3f}",
+                  "yes" if t["included"] else "no", _counts(t["dominant"]), f"{t['match']:.2f}", fmt(t["slope"], ".3g"),
+                  fmt(t["t_linear"], ".3g")] for t in metrics[name]]))
     if metrics["metastable_table"]:
-        lines = ["### Meta-stability on the circle (d = 2)", "",
-                 "| β | form | k* | clustered | clusters at formation | formation time | plateau (median) | "
-                 "plateau / formation | plateaus to the end | merged | longest-lived (count: cells) | "
-                 "longest (median) | final counts | horizon |", "|---" * 14 + "|"]
-        for t in metrics["metastable_table"]:
-            lines.append(f"| {t['beta']:g} | {t['form']} | {t['k_star']} | {t['formed']}/{t['cells']} | "
-                         f"{_counts(t['counts'])} | {_fmt(t['t_form'])} | {_fmt(t['plateau'])} | {_fmt(t['ratio'])} | "
-                         f"{t['censored']} | {t['merged']} | {_counts(t['longest_counts'])} | {_fmt(t['longest'])}"
-                         f"{' (to the end: ' + str(t['longest_censored']) + ')' if t['longest_censored'] else ''} | "
-                         f"{_counts(t['final'])} | {_fmt(t['horizon'])} |")
-        parts.append("\n".join(lines))
+        parts.append("### Meta-stability on the circle (d = 2)\n\n" + table(
+            ["β", "form", "k*", "clustered", "clusters at formation", "formation time", "plateau (median)",
+             "plateau / formation", "plateaus to the end", "merged", "longest-lived (count: cells)",
+             "longest (median)", "final counts", "horizon"],
+            [[f"{t['beta']:g}", t["form"], str(t["k_star"]), f"{t['formed']}/{t['cells']}", _counts(t["counts"]),
+              fmt(t["t_form"], ".3g"), fmt(t["plateau"], ".3g"), fmt(t["ratio"], ".3g"), str(t["censored"]),
+              str(t["merged"]), _counts(t["longest_counts"]),
+              fmt(t["longest"], ".3g") + (f" (to the end: {t['longest_censored']})" if t["longest_censored"] else ""),
+              _counts(t["final"]), fmt(t["horizon"], ".3g")] for t in metrics["metastable_table"]]))
     if metrics["pde"]:
-        lines = ["### Mean-field PDE (d = 2, Fig. 4)", "", "| seed | grid | form | dominant at threshold | "
-                 "pattern at last resolved time | k* slope / λ_k* | resolved until | stop | mass drift |",
-                 "|---|---|---|---|---|---|---|---|---|"]
-        for p in metrics["pde"]:
-            lines.append(f"| {p['seed']} | {p['grid']} | {p['form']} | {p['dominant']} | {p['pattern']} | "
-                         f"{_fmt(p['slope'], '.4f')} | {_fmt(p['t_resolved'])} | {p['stop']} | {p['mass_drift']:.1e} |")
-        parts.append("\n".join(lines))
+        parts.append("### Mean-field PDE (d = 2, Fig. 4)\n\n" + table(
+            ["seed", "grid", "form", "dominant at threshold", "pattern at last resolved time", "k* slope / λ_k*",
+             "resolved until", "stop", "mass drift"],
+            [[str(p["seed"]), str(p["grid"]), p["form"], str(p["dominant"]), str(p["pattern"]), fmt(p["slope"], ".4f"),
+              fmt(p["t_resolved"], ".3g"), str(p["stop"]), f"{p['mass_drift']:.1e}"] for p in metrics["pde"]]))
     n = metrics["numerics"]
     parts.append(f"Numerics: {n['steps']:,} accepted steps ({n['rejected']:,} rejected), {n['evals']:,} velocity "
                  f"evaluations; largest relative energy drop {n['energy_max_drop']:.1e}; largest sphere defect before "

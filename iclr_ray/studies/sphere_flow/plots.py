@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from . import growth  # noqa: E402
+from .config import Config  # noqa: E402
 
 
 def k_star_vs_beta(metrics: dict[str, Any]):
@@ -39,72 +40,54 @@ def k_star_vs_beta(metrics: dict[str, Any]):
     return fig
 
 
-def _amp_panel(ax, t, amps, k_star, rates_rel, title):
-    t, amps = np.asarray(t), np.asarray(amps)
-    modes = [k for k in range(k_star - 2, k_star + 3) if 1 <= k <= amps.shape[1]]
+def _amp_panel(ax, panel: dict[str, Any], title: str):
+    t, amps, k_star = np.asarray(panel["t"]), np.asarray(panel["amps"]), panel["k_star"]
+    rel = np.exp(growth.log_rates(panel["beta"], panel["d"], panel["modes"], panel["form"])
+                 - growth.log_rates(panel["beta"], panel["d"], [k_star], panel["form"])[0])
     colors = dict(zip(range(-2, 3), ("tab:purple", "tab:blue", "black", "tab:orange", "tab:red")))
-    for k in modes:
+    for j, k in enumerate(panel["modes"]):
         color = colors[k - k_star]
-        ax.plot(t, amps[:, k - 1], color=color, lw=2.2 if k == k_star else 1.0,
+        ax.plot(t, amps[:, j], color=color, lw=2.2 if k == k_star else 1.0,
                 label=f"ℓ = {k}{' (k*)' if k == k_star else ''}")
         if abs(k - k_star) <= 1:
-            ax.plot(t, amps[0, k - 1] * np.exp(rates_rel[k - 1] * t), "--", color=color, lw=1)
+            ax.plot(t, amps[0, j] * np.exp(rel[j] * t), "--", color=color, lw=1)
     ax.set(yscale="log", xlabel="t (units of 1/λ_k*)", ylabel="mode amplitude", title=title)
-    ax.set_ylim(max(1e-4, amps.min()), 1.5)
+    ax.set_ylim(max(1e-4, panel["amps_min"]), 1.5)
     ax.grid(True, which="both", alpha=0.3)
 
 
-def _spread(items: list, k: int) -> list:
-    if len(items) <= k:
-        return items
-    return [items[i] for i in np.unique(np.linspace(0, len(items) - 1, k).round().astype(int))]
-
-
-def amplitudes(cells, outs, separation: float):
+def amplitudes(panels: list[dict[str, Any]]):
     """Seed 0 of up to three circle β (the clearly separated ones first), one sphere β, one PDE."""
-    def first(kind):
-        runs = [(c, o) for c, o in zip(cells, outs) if c["experiment"] == kind and c["seed"] == 0]
-        form = runs[0][0]["form"] if runs else None
-        runs = [(c, o) for c, o in runs if c["form"] == form]
-        clear = [(c, o) for c, o in runs if growth.separation(c["beta"], c["d"]) >= separation]
-        return clear or runs
-
-    panels = _spread(first("circle"), 3) + first("sphere")[:1] + first("pde")[:1]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.3 * len(panels), 4), squeeze=False)
-    for ax, (c, o) in zip(axes[0], panels):
-        L = np.asarray(o["amps"]).shape[1]
-        rel = np.exp(growth.log_rates(c["beta"], c["d"], np.arange(1, L + 1), c["form"])
-                     - growth.log_rates(c["beta"], c["d"], [o["k_star"]], c["form"])[0])
-        what = {"circle": "particles, d = 2", "sphere": f"particles, d = {c['d']}",
-                "pde": "PDE, d = 2"}[c["experiment"]]
-        _amp_panel(ax, o["t"], o["amps"], o["k_star"], rel, f"{what}, β = {c['beta']:g} ({c['form'].upper()})")
+    for ax, p in zip(axes[0], panels):
+        what = {"circle": "particles, d = 2", "sphere": f"particles, d = {p['d']}",
+                "pde": "PDE, d = 2"}[p["experiment"]]
+        _amp_panel(ax, p, f"{what}, β = {p['beta']:g} ({p['form'].upper()})")
     axes[0, 0].legend(fontsize=7, ncol=2)
     fig.suptitle("Mode amplitudes a_ℓ(t); dashed: a_ℓ(0) e^{λ_ℓ t} for k* and its neighbours")
     fig.tight_layout()
     return fig
 
 
-def snapshots_circle(cells, outs):
+def snapshots_circle(runs: list[dict[str, Any]]):
     """Angle histograms drawn as log10(1 + density / uniform) on one radial scale: the uniform
     start is a ring at 0.3, a cluster a spike whose height grows with its mass."""
-    runs = [(c, o) for c, o in zip(cells, outs) if c["experiment"] == "metastable" and o["snapshots"]][:4]
-    cols = max(len(o["snapshots"]) for _, o in runs)
+    cols = max(len(r["snapshots"]) for r in runs)
     fig, axes = plt.subplots(len(runs), cols, figsize=(2.1 * cols, 2.3 * len(runs)),
                              subplot_kw={"projection": "polar"}, squeeze=False)
-    bins = 180
-    edges = np.linspace(-np.pi, np.pi, bins + 1)
-    for row, (c, o) in zip(axes, runs):
-        for ax, snap in zip(row, o["snapshots"]):
-            x = np.asarray(snap["x"], float)
-            h, _ = np.histogram(np.arctan2(x[:, 1], x[:, 0]), bins=edges)
-            r = np.log10(1 + np.repeat(h * bins / len(x), 2))  # a step outline, closed around the circle
+    for row, run in zip(axes, runs):
+        for ax, snap in zip(row, run["snapshots"]):
+            density = np.asarray(snap["density"])
+            bins = len(density)
+            edges = np.linspace(-np.pi, np.pi, bins + 1)
+            r = np.log10(1 + np.repeat(density, 2))  # a step outline, closed around the circle
             th = np.repeat(edges, 2)[1:-1]
             ax.fill(np.append(th, th[0]), np.append(r, r[0]), color="tab:blue", alpha=0.8)
             ax.set_ylim(0, np.log10(1 + bins))
-            ax.set_title(f"β={c['beta']:g}, t={snap['t']:.3g}", fontsize=8)
+            ax.set_title(f"β={run['beta']:g}, t={snap['t']:.3g}", fontsize=8)
             ax.set_xticks([])
             ax.set_yticks([])
-        for ax in row[len(o["snapshots"]):]:
+        for ax in row[len(run["snapshots"]):]:
             ax.axis("off")
     fig.suptitle("Tokens on the circle, seed 0: log10(1 + density/uniform) by angle "
                  "(uniform -> k*-periodic -> clusters -> merges)")
@@ -112,17 +95,14 @@ def snapshots_circle(cells, outs):
     return fig
 
 
-def snapshots_sphere(cells, outs):
-    runs = [(c, o) for c, o in zip(cells, outs) if c["experiment"] == "sphere" and o["snapshots"]][:4]
+def snapshots_sphere(runs: list[dict[str, Any]]):
     fig, axes = plt.subplots(len(runs), 2, figsize=(9, 2.6 * len(runs)), subplot_kw={"projection": "mollweide"},
                              squeeze=False)
-    for row, (c, o) in zip(axes, runs):
-        for ax, snap in zip(row, [o["snapshots"][0], o["snapshots"][-1]]):
-            x = np.asarray(snap["x"], float)[:, :3]
-            x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)  # d > 3: direction in 3D
-            lon, lat = np.arctan2(x[:, 1], x[:, 0]), np.arcsin(np.clip(x[:, 2], -1, 1))
-            ax.scatter(lon, lat, s=2, alpha=0.5)
-            ax.set_title(f"d = {c['d']}, β = {c['beta']:g} (k* = {o['k_star']}), t = {snap['t']:.3g}", fontsize=8)
+    for row, run in zip(axes, runs):
+        for ax, snap in zip(row, run["snapshots"]):
+            ax.scatter(snap["lon"], snap["lat"], s=2, alpha=0.5)
+            ax.set_title(f"d = {run['d']}, β = {run['beta']:g} (k* = {run['k_star']}), t = {snap['t']:.3g}",
+                         fontsize=8)
             ax.set_xticklabels([])
             ax.grid(True, alpha=0.3)
     fig.suptitle("Tokens on the sphere (direction of the first 3 coordinates), start and end of the run")
@@ -130,20 +110,17 @@ def snapshots_sphere(cells, outs):
     return fig
 
 
-def cluster_counts(cells, outs):
-    runs = [(c, o) for c, o in zip(cells, outs) if c["experiment"] == "metastable"]
-    betas = list(dict.fromkeys(c["beta"] for c, _ in runs))
+def cluster_counts(runs: list[dict[str, Any]]):
+    betas = list(dict.fromkeys(r["beta"] for r in runs))
     cmap = plt.get_cmap("plasma")
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for c, o in runs:
-        t, n = np.asarray(o["t"]), np.asarray(o["count"])
-        on = n > 0
-        i = betas.index(c["beta"])
+    for r in runs:
+        i = betas.index(r["beta"])
         color = cmap(i / max(len(betas), 1))
         offset = 0.05 * (i - (len(betas) - 1) / 2)  # so that equal counts of different β do not overlap
-        first = c["seed"] == 0 and c["form"] == runs[0][0]["form"]
-        ax.step(t[on], n[on] + offset, where="post", color=color, alpha=0.8, lw=1.2,
-                label=f"β = {c['beta']:g} (k* = {o['k_star']})" if first else None)
+        first = r["seed"] == 0 and r["form"] == runs[0]["form"]
+        ax.step(r["t"], np.asarray(r["count"]) + offset, where="post", color=color, alpha=0.8, lw=1.2,
+                label=f"β = {r['beta']:g} (k* = {r['k_star']})" if first else None)
     ax.set(xscale="log", xlabel="t (units of 1/λ_k*)", ylabel="clusters (β offset slightly)",
            title="Cluster count over time (every seed)")
     ax.grid(True, which="both", alpha=0.3)
@@ -151,32 +128,30 @@ def cluster_counts(cells, outs):
     return fig
 
 
-def pde_density(cells, outs):
-    runs = [(c, o) for c, o in zip(cells, outs) if c["experiment"] == "pde" and o["densities"]]
-    c, o = runs[0]
+def pde_density(run: dict[str, Any]):
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    theta = np.linspace(0, 2 * np.pi, c["n"], endpoint=False)
-    snaps = o["densities"]
+    theta = np.linspace(0, 2 * np.pi, run["grid"], endpoint=False)
+    snaps = run["densities"]
     cmap = plt.get_cmap("viridis")
     for i, s in enumerate(snaps):
         ax.plot(theta, s["rho"], color=cmap(i / max(len(snaps) - 1, 1)), lw=1, label=f"t = {s['t']:.2g}")
-    ax.set(xlabel="θ", ylabel="2π ρ(θ)", title=f"Mean-field PDE, β = {c['beta']:g}, uniform + white noise "
-                                               f"(seed 0; resolved until t = {o['t_resolved']:.3g})")
+    ax.set(xlabel="θ", ylabel="2π ρ(θ)", title=f"Mean-field PDE, β = {run['beta']:g}, uniform + white noise "
+                                               f"(seed 0; resolved until t = {run['t_resolved']:.3g})")
     ax.legend(fontsize=7, ncol=2)
     ax.grid(True, alpha=0.3)
     return fig
 
 
-def plot_all(metrics: dict[str, Any], cells: list[dict[str, Any]], outs: list[dict[str, Any]]) -> dict[str, Any]:
-    kinds = {c["experiment"] for c in cells}
+def plot_all(metrics: dict[str, Any], cfg: Config) -> dict[str, Any]:
+    f = metrics["figures"]
     figs = {"k_star_vs_beta": k_star_vs_beta(metrics)}
-    if kinds & {"circle", "sphere", "pde"}:
-        figs["mode_amplitudes"] = amplitudes(cells, outs, metrics["separation_rule"])
-    if any(c["experiment"] == "metastable" and o["snapshots"] for c, o in zip(cells, outs)):
-        figs["snapshots_circle"] = snapshots_circle(cells, outs)
-        figs["cluster_counts"] = cluster_counts(cells, outs)
-    if any(c["experiment"] == "sphere" and o["snapshots"] for c, o in zip(cells, outs)):
-        figs["snapshots_sphere"] = snapshots_sphere(cells, outs)
-    if any(c["experiment"] == "pde" and o["densities"] for c, o in zip(cells, outs)):
-        figs["pde_density"] = pde_density(cells, outs)
+    if f["amplitudes"]:
+        figs["mode_amplitudes"] = amplitudes(f["amplitudes"])
+    if f["circle_snapshots"]:
+        figs["snapshots_circle"] = snapshots_circle(f["circle_snapshots"])
+        figs["cluster_counts"] = cluster_counts(f["cluster_counts"])
+    if f["sphere_snapshots"]:
+        figs["snapshots_sphere"] = snapshots_sphere(f["sphere_snapshots"])
+    if f["pde_density"]:
+        figs["pde_density"] = pde_density(f["pde_density"])
     return figs

@@ -75,7 +75,7 @@ def simulate_cell(cell: dict[str, Any], common: dict[str, Any]) -> dict[str, Any
 
 
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
-    todo = ctx.inputs if ctx.inputs is not None else prepare(cfg)
+    todo = ctx.inputs
     common = {"root": cfg.seed, "threshold": cfg.threshold, "dt_obs": cfg.dt_obs, "integrator": cfg.integrator,
               "rtol": cfg.rtol, "atol": cfg.atol, "rk4_safety": cfg.rk4_safety,
               "clustering": cfg.clustering.model_dump(), "pde": cfg.pde.model_dump()}
@@ -83,15 +83,10 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     refs = [simulate_cell.remote(cell, common_ref) for cell in todo]  # costliest experiments first
     kinds = ", ".join(f"{sum(c['experiment'] == e for c in todo)} {e}"
                       for e in ("metastable", "sphere", "circle", "pde"))
-    print(f"  {len(todo)} simulations in Ray tasks ({kinds}) ...", flush=True)
+    ctx.say("%d simulations in Ray tasks (%s) ...", len(todo), kinds)
     outs = ctx.wait_all(refs, "simulations")
     for cell, out in zip(todo, outs):
         ctx.log(**cell, **{k: out[k] for k in ("k_star", "t_end", "seconds", "steps") if k in out},
                 dominant=out.get("linear", {}).get("dominant"), energy_max_drop=out.get("energy_max_drop"),
                 max_defect=out.get("max_defect"), plateau=out.get("plateau"), pattern=out.get("pattern"))
-    metrics = analyse(cfg, todo, outs)
-    from . import plots
-
-    for name, fig in plots.plot_all(metrics, todo, outs).items():
-        ctx.save_plot(fig, name)
-    return metrics
+    return analyse(cfg, todo, outs)
