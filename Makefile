@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 setup: $(VENV)/.installed
 
 # ManiSkill3's motion planner (mplib 0.1.1) needs numpy < 2; it gets its own venv, used only as a
-# subprocess for demonstrations (iclr_ray/rl/maniskill.py). ~2 min and ~2 GB.
+# subprocess for demonstrations (iclr_ray/rl/maniskill.py).
 $(PLANNER)/.installed: constraints/planner.txt
 	$(PYTHON) -m venv $(PLANNER)
 	$(PLANNER)/bin/python -m pip install --quiet --upgrade pip

@@ -11,9 +11,9 @@ from typing import Iterable
 
 from ..config import ConfigError
 
-# Named tiny models (Llama architecture). Sizes are chosen for 2-core CPUs: "tiny" trains at
-# tens of thousands of tokens/s (tests, smoke), "mini" (0.8M parameters with a 512-token
-# vocabulary) at about 7,500 per core (sft_recipe's small preset), "small" is the CPU benchmark size.
+# Named tiny models (Llama architecture), sized for small CPU machines: "tiny" for tests and smoke
+# presets, "mini" (0.8M parameters with a 512-token vocabulary) for sft_recipe's small preset,
+# "small" for CPU benchmarks.
 TINY_MODELS: dict[str, dict] = {
     "tiny-llama": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=2, max_position_embeddings=1024),
