@@ -1,24 +1,131 @@
-"""Paper claims beside measured values.
+"""Paper claims beside measured values, with their uncertainty; and checks.
 
-A :class:`Claim` pairs a paper statement with the number this run measured and the bound that
-number must meet. ``holds`` is computed from the comparison, never typed in by hand.
+An :class:`Estimate` is a measured value, its 95% interval over the unit the experiment repeats
+(seeds, runs, episodes, trials) and how many of those units it rests on. ``ci`` is None only for a
+deterministic value. Build one with :func:`mean`, :func:`proportion`, :func:`paired_difference`,
+:func:`bootstrap` (any statistic of the units, resampled together) or :func:`exact`.
+
+A :class:`Claim` pairs a paper statement with an estimate and a bound read from the paper. Its
+verdict ``holds`` is three-valued and computed, never typed in: True when the whole interval meets
+the bound, False when the whole interval misses it, None ("inconclusive") when the interval
+straddles it. A deterministic value is judged as a point. A claim made with ``check=True`` is a
+property that holds by construction (an identity, an invariant, a consequence of how the
+experiment was set up): it is computed and shown under its own heading, never counted as a paper
+claim.
 
 Comparisons allow a relative float tolerance of :data:`REL_TOL` (at least that much absolute), so a
-measured difference that is the bound in decimal arithmetic meets it in binary too: a success rate
-of 0.15 against a base of 0.05 is 0.1 above it, although ``0.15 - 0.05 < 0.1`` in floats. The
-tolerance is nine orders of magnitude below any bound a claim uses, so it never decides a real case.
+value that is the bound in decimal arithmetic meets it in binary too: a success rate of 0.15
+against a base of 0.05 is 0.1 above it, although ``0.15 - 0.05 < 0.1`` in floats. The tolerance is
+nine orders of magnitude below any bound a claim uses, so it never decides a real case.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .markdown import fmt, table
 
 REL_TOL = 1e-9
+LEVEL = 0.95
+"""the coverage of every interval"""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    value: float
+    ci: tuple[float, float] | None
+    """the 95% interval; None for a deterministic value; (-inf, inf) when the units cannot bound it"""
+    n: int
+    """independent units (seeds, runs, episodes, trials) the value rests on"""
+
+
+def exact(value: float) -> Estimate:
+    """A deterministic value: no interval."""
+    return Estimate(float(value), None, 1)
+
+
+def _t(n: int) -> float:
+    from scipy import stats
+
+    return float(stats.t.ppf(0.5 + LEVEL / 2, n - 1))
+
+
+def mean(x: Sequence[float]) -> Estimate:
+    """The mean of independent draws with its t interval (unbounded with fewer than two)."""
+    x = np.asarray(x, float)
+    x = x[np.isfinite(x)]
+    if len(x) == 0:
+        return Estimate(math.nan, (-math.inf, math.inf), 0)
+    m = float(x.mean())
+    if len(x) < 2:
+        return Estimate(m, (-math.inf, math.inf), len(x))
+    half = _t(len(x)) * float(x.std(ddof=1)) / math.sqrt(len(x))
+    return Estimate(m, (m - half, m + half), len(x))
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float]) -> Estimate:
+    """mean(a - b) over paired draws (the same seed, episode or run for both), with its t interval."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if a.shape != b.shape:
+        raise ValueError(f"paired draws need the same shape, got {a.shape} and {b.shape}")
+    return mean(a - b)
+
+
+def proportion(successes: int, n: int) -> Estimate:
+    """A share of n independent trials with its Wilson score interval."""
+    if n <= 0:
+        return Estimate(math.nan, (-math.inf, math.inf), 0)
+    from scipy import stats
+
+    p, z = successes / n, float(stats.norm.ppf(0.5 + LEVEL / 2))
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return Estimate(p, (max(0.0, centre - half), min(1.0, centre + half)), n)
+
+
+def bootstrap(units: Sequence[Any] | np.ndarray | tuple, statistic: Callable[..., float], *, resamples: int = 2000,
+              seed: int = 0) -> Estimate:
+    """``statistic`` of the units with its percentile-bootstrap interval: the units are resampled
+    with replacement ``resamples`` times. ``units`` is an array (one row per unit) or a tuple of
+    arrays with one row per unit each, resampled with the same rows (paired data).
+    Resamples whose statistic is not finite are left out; if fewer than 95% remain, or there are
+    fewer than two units, the interval is unbounded."""
+    arrays = tuple(np.asarray(u) for u in units) if isinstance(units, tuple) else (np.asarray(units),)
+    n = len(arrays[0])
+    if any(len(a) != n for a in arrays):
+        raise ValueError("every array of a paired bootstrap needs one row per unit")
+    value = float(statistic(*arrays))
+    if n < 2:
+        return Estimate(value, (-math.inf, math.inf), n)
+    rng = np.random.default_rng(seed)
+    draws = np.array([statistic(*(a[idx] for a in arrays)) for idx in rng.integers(0, n, (resamples, n))], float)
+    ok = draws[np.isfinite(draws)]
+    if len(ok) < 0.95 * resamples:
+        return Estimate(value, (-math.inf, math.inf), n)
+    lo, hi = np.quantile(ok, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    return Estimate(value, (float(lo), float(hi)), n)
 
 
 def _slack(bound: float) -> float:
     return REL_TOL * max(1.0, abs(float(bound)))
+
+
+def _span(e: Estimate) -> tuple[float, float]:
+    return e.ci if e.ci is not None else (e.value, e.value)
+
+
+def _verdict(e: Estimate, meets: Callable[[float], bool]) -> bool | None:
+    """Three-valued, for a one-sided bound: both ends of the interval meet it (so every value
+    between does), neither does, or one does. A value not measured fails when deterministic and
+    is inconclusive otherwise."""
+    if not math.isfinite(e.value):
+        return False if e.ci is None else None
+    lo, hi = _span(e)
+    a, b = meets(lo), meets(hi)
+    return True if a and b else False if not (a or b) else None
 
 
 @dataclass(frozen=True)
@@ -26,58 +133,111 @@ class Claim:
     id: str
     statement: str
     measured: float
+    ci: tuple[float, float] | None
+    n: int
     bound: str
-    holds: bool
+    holds: bool | None
     note: str = ""
+    check: bool = False
+
+    @staticmethod
+    def _estimate(est: Estimate | float, check: bool) -> Estimate:
+        if isinstance(est, Estimate):
+            return est
+        if check:
+            return exact(est)
+        raise TypeError("a claim is judged on an Estimate (mean, proportion, bootstrap, ...; exact() for a "
+                        "deterministic value), not on a bare number")
 
     @classmethod
-    def at_least(cls, id: str, statement: str, measured: float, bound: float, note: str = "") -> "Claim":
-        return cls(id, statement, float(measured), f">= {bound:g}", _finite(measured) and measured >= bound - _slack(bound),
-                   note)
+    def _make(cls, id, statement, est, bound, holds, note, check) -> "Claim":
+        return cls(id, statement, est.value, est.ci, est.n, bound, holds, note, check)
 
     @classmethod
-    def at_most(cls, id: str, statement: str, measured: float, bound: float, note: str = "") -> "Claim":
-        return cls(id, statement, float(measured), f"<= {bound:g}", _finite(measured) and measured <= bound + _slack(bound),
-                   note)
+    def at_least(cls, id: str, statement: str, est: Estimate | float, bound: float, note: str = "",
+                 check: bool = False) -> "Claim":
+        e = cls._estimate(est, check)
+        ok = _verdict(e, lambda x: x >= bound - _slack(bound))
+        return cls._make(id, statement, e, f">= {bound:g}", ok, note, check)
 
     @classmethod
-    def within(cls, id: str, statement: str, measured: float, lo: float, hi: float, note: str = "") -> "Claim":
-        ok = _finite(measured) and lo - _slack(lo) <= measured <= hi + _slack(hi)
-        return cls(id, statement, float(measured), f"in [{lo:g}, {hi:g}]", ok, note)
+    def at_most(cls, id: str, statement: str, est: Estimate | float, bound: float, note: str = "",
+                check: bool = False) -> "Claim":
+        e = cls._estimate(est, check)
+        ok = _verdict(e, lambda x: x <= bound + _slack(bound))
+        return cls._make(id, statement, e, f"<= {bound:g}", ok, note, check)
+
+    @classmethod
+    def within(cls, id: str, statement: str, est: Estimate | float, lo: float, hi: float, note: str = "",
+               check: bool = False) -> "Claim":
+        """Holds when the whole interval lies in [lo, hi], fails when the whole interval lies outside
+        it (all below lo or all above hi), inconclusive otherwise."""
+        e = cls._estimate(est, check)
+        a, b = _span(e)
+        inside = lo - _slack(lo) <= a and b <= hi + _slack(hi)
+        outside = b < lo - _slack(lo) or a > hi + _slack(hi)
+        if not math.isfinite(e.value):
+            ok = None if e.ci is not None else False
+        else:
+            ok = True if inside else False if outside else None
+        return cls._make(id, statement, e, f"in [{lo:g}, {hi:g}]", ok, note, check)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        if not _finite(self.measured):
-            d["measured"] = None  # JSON has no NaN; a missing measurement never holds
+        def num(x):  # JSON has no NaN or infinity: null; an unbounded end is null too
+            return float(x) if x is not None and math.isfinite(x) else None
+
+        d = {"id": self.id, "statement": self.statement, "measured": num(self.measured),
+             "ci": None if self.ci is None else [num(self.ci[0]), num(self.ci[1])], "n": self.n,
+             "bound": self.bound, "holds": self.holds, "note": self.note}
+        if self.check:
+            d["check"] = True
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Claim":
-        measured = d["measured"]
-        return cls(d["id"], d["statement"], float("nan") if measured is None else float(measured),
-                   d["bound"], bool(d["holds"]), d.get("note", ""))
+        measured = math.nan if d["measured"] is None else float(d["measured"])
+        ci = d.get("ci")
+        if ci is not None:
+            ci = (-math.inf if ci[0] is None else float(ci[0]), math.inf if ci[1] is None else float(ci[1]))
+        return cls(d["id"], d["statement"], measured, ci, int(d.get("n", 1)), d["bound"], d["holds"],
+                   d.get("note", ""), bool(d.get("check", False)))
 
 
-def _finite(x: float) -> bool:
-    return x is not None and math.isfinite(float(x))
+def verdict_word(holds: bool | None) -> str:
+    return {True: "yes", False: "**no**", None: "inconclusive"}[holds]
 
 
-def _fmt(x: float) -> str:
-    if not _finite(x):
-        return "n/a"
-    return f"{x:.4g}"
+def _interval(c: Claim) -> str:
+    if c.ci is None:
+        return "exact"
+    return f"[{fmt(c.ci[0])}, {fmt(c.ci[1])}]" if all(math.isfinite(x) for x in c.ci) else "unbounded"
 
 
 def claims_table(claims: list[Claim]) -> str:
-    """Markdown table: one row per claim with the measured value, the bound and the verdict."""
-    lines = ["| claim | paper statement | measured | bound | holds |", "|---|---|---|---|---|"]
-    for c in claims:
-        verdict = "yes" if c.holds else "**no**"
-        statement = c.statement + (f" ({c.note})" if c.note else "")
-        lines.append(f"| `{c.id}` | {statement} | {_fmt(c.measured)} | {c.bound} | {verdict} |")
-    return "\n".join(lines)
+    """Markdown: one row per claim with the measured value, its interval and units, the bound and
+    the verdict."""
+    return table(["claim", "paper statement", "measured", "95% interval", "n", "bound", "holds"],
+                 [[f"`{c.id}`", c.statement + (f" ({c.note})" if c.note else ""), fmt(c.measured), _interval(c),
+                   str(c.n), c.bound, verdict_word(c.holds)] for c in claims])
 
 
-def summary_line(claims: list[Claim]) -> str:
-    held = sum(c.holds for c in claims)
-    return f"{held}/{len(claims)} claims held"
+def checks_table(checks: list[Claim]) -> str:
+    """Markdown: the properties that hold by construction, with their value and whether they did."""
+    return table(["check", "what", "value", "bound", "holds"],
+                 [[f"`{c.id}`", c.statement + (f" ({c.note})" if c.note else ""), fmt(c.measured), c.bound,
+                   verdict_word(c.holds)] for c in checks])
+
+
+def summary_line(claims: list[Claim], checks: Sequence[Claim] = ()) -> str:
+    held = sum(c.holds is True for c in claims)
+    failed = sum(c.holds is False for c in claims)
+    open_ = sum(c.holds is None for c in claims)
+    line = f"{held} of {len(claims)} claims held, {failed} did not, {open_} inconclusive"
+    if checks:
+        line += f"; {sum(c.holds is True for c in checks)} of {len(checks)} checks passed"
+    return line
+
+
+def split(items: Sequence[Claim]) -> tuple[list[Claim], list[Claim]]:
+    """(paper claims, checks)."""
+    return [c for c in items if not c.check], [c for c in items if c.check]

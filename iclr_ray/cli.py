@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from . import log as logs
 from . import studies
-from .claims import Claim, claims_table, summary_line
+from .claims import claims_table, split, summary_line
 from .config import PRESETS, ConfigError, resolve, to_yaml
 from .results import RunDir, RunDirError, default_run_dir, ranking
 
@@ -148,12 +148,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         metrics = study.run(cfg, _context(s, args.preset, resources))
     seconds = time.monotonic() - start
     env = hardware() | {"cluster_cpus": resources.get("CPU"), "cluster_gpus": resources.get("GPU", 0)}
+    claims, checks = split(study.claims(metrics, cfg))
     result = {"study": study.id, "preset": args.preset, "config": cfg.model_dump(mode="json"), "metrics": metrics,
-              "claims": [c.to_dict() for c in study.claims(metrics, cfg)], "env": env, "seconds": seconds}
+              "claims": [c.to_dict() for c in claims], "checks": [c.to_dict() for c in checks], "env": env,
+              "seconds": seconds}
     run_dir.write_result(result)  # first: a figure that fails to draw loses nothing (`iclr-ray report` redraws)
     _render(study, cfg, run_dir, result)
-    claims = [Claim.from_dict(c) for c in result["claims"]]
-    print(f"\n{claims_table(claims)}\n\n{summary_line(claims)} in {seconds:.1f} s; "
+    print(f"\n{claims_table(claims)}\n\n{summary_line(claims, checks)} in {seconds:.1f} s; "
           f"report: {run_dir.path / 'report.md'}")
     return 0
 
@@ -250,11 +251,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         cfg = study.config.model_validate(result["config"])
     except Exception as exc:  # a result.json written by an older, incompatible config
         raise ConfigError(f"{run_dir.path}/result.json: config no longer valid for {study.id}: {exc}") from None
-    claims: list[Claim] = study.claims(result["metrics"], cfg)
-    result["claims"] = [c.to_dict() for c in claims]
+    claims, checks = split(study.claims(result["metrics"], cfg))
+    result["claims"], result["checks"] = [c.to_dict() for c in claims], [c.to_dict() for c in checks]
     run_dir.write_result(result)
     _render(study, cfg, run_dir, result)
-    print(f"{claims_table(claims)}\n\n{summary_line(claims)}; report: {run_dir.path / 'report.md'}")
+    print(f"{claims_table(claims)}\n\n{summary_line(claims, checks)}; report: {run_dir.path / 'report.md'}")
     return 0
 
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .claims import Claim, claims_table, summary_line
+from .claims import Claim, checks_table, claims_table, summary_line
 from .markdown import fmt, table
 
 
@@ -172,9 +172,17 @@ class RunDir:
             lead, body, rerun = _sweep_sections(result, self.path)
         else:
             claims = [Claim.from_dict(c) for c in result["claims"]]
-            lead = (f"Study `{result['study']}`, preset `{result['preset']}`, {result['seconds']:.1f} s, "
-                    f"{summary_line(claims)}.")
-            body = ["## Claims", "", claims_table(claims), ""]
+            checks = [Claim.from_dict(c) for c in result.get("checks", [])]
+            lead = (f"Study `{result['study']}`, preset `{result['preset']}`, {result['seconds']:.1f} s: "
+                    f"{summary_line(claims, checks)}.")
+            body = ["## Claims", "",
+                    "Each claim's interval is a 95% interval over the units it counts (n); it holds when the "
+                    "whole interval meets the paper's bound, fails when the whole interval misses it, and is "
+                    "inconclusive when it straddles the bound.", "", claims_table(claims), ""]
+            if checks:
+                body += ["## Checks", "", "Properties that hold by construction (an identity, an invariant, how the "
+                         "experiment is set up): computed and shown, not counted as paper claims.", "",
+                         checks_table(checks), ""]
             rerun = f"iclr-ray run {result['study']} --config {self.path / 'config.yaml'}"
         plots = sorted(p.name for p in self.plots.glob("*.png")) if self.plots.exists() else []
         lines = [f"# {title}", "", lead, "", *body]

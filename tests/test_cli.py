@@ -124,7 +124,7 @@ def test_smoke_run_writes_the_whole_run_directory(smoke_run):
     assert result["env"]["cluster_cpus"] == 2
     for claim in result["claims"]:
         assert set(claim) >= {"id", "statement", "measured", "bound", "holds"}
-        assert isinstance(claim["holds"], bool)
+        assert set(claim) >= {"ci", "n"} and claim["holds"] in (True, False, None)  # None: inconclusive
     metrics = [json.loads(line) for line in (smoke_run / "metrics.jsonl").read_text().splitlines()]
     cfg = result["config"]
     per_sweep = len(cfg["methods"]) * len(cfg["sketch_rows"]) * cfg["seeds"]

@@ -3,36 +3,91 @@ import math
 
 import pytest
 
-from iclr_ray.claims import Claim, claims_table, summary_line
+import numpy as np
+
+from iclr_ray.claims import (Claim, Estimate, bootstrap, checks_table, claims_table, exact, mean, paired_difference,
+                             proportion, split, summary_line)
 from iclr_ray.results import RunDir, RunDirError, atomic_write_text
 
 
-def test_claim_verdicts_follow_the_comparison():
-    assert Claim.at_least("a", "s", 12.0, 10).holds
-    assert not Claim.at_least("a", "s", 9.9, 10).holds
-    assert Claim.at_most("a", "s", 1.0, 2).holds and not Claim.at_most("a", "s", 2.1, 2).holds
-    assert Claim.within("a", "s", -0.5, -0.65, -0.35).holds
-    assert not Claim.within("a", "s", -0.7, -0.65, -0.35).holds
-    assert not Claim.at_least("a", "s", float("nan"), 0).holds  # a missing measurement never holds
+def E(lo, hi, value=None, n=10):
+    """An estimate with interval [lo, hi]."""
+    return Estimate((lo + hi) / 2 if value is None else value, (lo, hi), n)
+
+
+def test_verdicts_are_judged_on_the_whole_interval():
+    assert Claim.at_least("a", "s", E(10.5, 14), 10).holds is True
+    assert Claim.at_least("a", "s", E(8, 9.9), 10).holds is False
+    assert Claim.at_least("a", "s", E(9, 12), 10).holds is None  # straddles: inconclusive
+    assert Claim.at_most("a", "s", E(0.5, 1.5), 2).holds is True and Claim.at_most("a", "s", E(2.1, 3), 2).holds is False
+    assert Claim.at_most("a", "s", E(1.5, 2.5), 2).holds is None
+    assert Claim.within("a", "s", E(-0.6, -0.4), -0.65, -0.35).holds is True
+    assert Claim.within("a", "s", E(-0.9, -0.7), -0.65, -0.35).holds is False
+    assert Claim.within("a", "s", E(-0.1, 0.2), -0.65, -0.35).holds is False  # all above
+    assert Claim.within("a", "s", E(-0.7, -0.5), -0.65, -0.35).holds is None
+    assert Claim.within("a", "s", E(-0.9, 0.0), -0.65, -0.35).holds is None  # wider than the band
+    # a deterministic value is a point; a value not measured fails when exact, is inconclusive when noisy
+    assert Claim.at_least("a", "s", exact(12.0), 10).holds is True and Claim.at_least("a", "s", exact(9), 10).holds is False
+    assert Claim.at_least("a", "s", exact(float("nan")), 0).holds is False
+    assert Claim.at_least("a", "s", mean([]), 0).holds is None
+
+
+def test_a_claim_needs_an_estimate_and_a_check_may_take_a_number():
+    with pytest.raises(TypeError, match="judged on an Estimate"):
+        Claim.at_least("a", "s", 12.0, 10)
+    c = Claim.at_most("e", "energy never decreases", 0.0, 1e-8, check=True)
+    assert c.holds is True and c.check and c.ci is None and c.n == 1
+
+
+def test_interval_helpers_cover_what_they_should():
+    rng = np.random.default_rng(0)
+    # the t interval of a mean covers the true mean about 95% of the time
+    hits = [mean(rng.normal(1.0, 2.0, 12)).ci for _ in range(2000)]
+    assert 0.93 < np.mean([lo <= 1.0 <= hi for lo, hi in hits]) < 0.97
+    # Wilson: inside [0, 1], not degenerate at 0 or n successes
+    p = proportion(0, 20)
+    assert p.value == 0 and p.ci[0] == 0 and 0.1 < p.ci[1] < 0.2 and proportion(20, 20).ci[1] == 1
+    assert proportion(7, 20).ci == pytest.approx((0.181, 0.567), abs=2e-3)  # the textbook Wilson interval
+    # paired: a shared offset cancels; unpaired draws of the same size would not
+    base = rng.normal(0, 5, 40)
+    d = paired_difference(base + 0.3 + rng.normal(0, 0.01, 40), base)
+    assert d.n == 40 and 0.29 < d.ci[0] < 0.3 < d.ci[1] < 0.31
+    with pytest.raises(ValueError, match="same shape"):
+        paired_difference([1, 2], [1])
+    # bootstrap of a ratio of means over paired units
+    a, b = rng.normal(10, 1, 30), rng.normal(5, 1, 30)
+    r = bootstrap((a, b), lambda x, y: x.mean() / y.mean())
+    assert r.n == 30 and r.ci[0] < 2 < r.ci[1] and r.ci[1] - r.ci[0] < 0.6
+    assert bootstrap(a[:1], np.mean).ci == (-math.inf, math.inf)  # one unit cannot bound anything
+    assert bootstrap(a, lambda x: float("nan")).ci == (-math.inf, math.inf)
 
 
 def test_claims_on_their_bound_hold_in_floats_too():
-    assert 0.15 - 0.05 < 0.1 and Claim.at_least("a", "s", 0.15 - 0.05, 0.1).holds
-    assert 0.25 - 0.35 > -0.1 and Claim.at_most("a", "s", 0.25 - 0.35, -0.1).holds
-    assert Claim.within("a", "s", 0.7 - 0.6, 0.1, 0.2).holds and Claim.within("a", "s", 0.1 + 0.2, 0.1, 0.3).holds
+    assert 0.15 - 0.05 < 0.1 and Claim.at_least("a", "s", exact(0.15 - 0.05), 0.1).holds
+    assert 0.25 - 0.35 > -0.1 and Claim.at_most("a", "s", exact(0.25 - 0.35), -0.1).holds
+    assert Claim.within("a", "s", exact(0.7 - 0.6), 0.1, 0.2).holds
+    assert Claim.within("a", "s", exact(0.1 + 0.2), 0.1, 0.3).holds
     # the tolerance is relative, far below any real difference
-    assert not Claim.at_least("a", "s", 0.1 - 1e-6, 0.1).holds and not Claim.at_most("a", "s", 1e6 + 1, 1e6).holds
+    assert not Claim.at_least("a", "s", exact(0.1 - 1e-6), 0.1).holds
+    assert not Claim.at_most("a", "s", exact(1e6 + 1), 1e6).holds
 
 
-def test_claim_json_round_trip_and_table():
-    c = Claim.at_most("x", "stmt", float("nan"), 1, note="n")
+def test_claim_json_round_trip_and_tables():
+    c = Claim.at_most("x", "stmt", mean([float("nan")]), 1, note="n")
     d = c.to_dict()
-    assert d["measured"] is None and json.dumps(d)
+    assert d["measured"] is None and d["ci"] == [None, None] and json.dumps(d)
     back = Claim.from_dict(d)
-    assert math.isnan(back.measured) and back.holds is False and back.note == "n"
-    table = claims_table([c, Claim.at_least("y", "t", 3, 2)])
-    assert "| `x` | stmt (n) | n/a | <= 1 | **no** |" in table and "| `y` | t | 3 | >= 2 | yes |" in table
-    assert summary_line([c, Claim.at_least("y", "t", 3, 2)]) == "1/2 claims held"
+    assert math.isnan(back.measured) and back.ci == (-math.inf, math.inf) and back.holds is None and back.note == "n"
+    y = Claim.at_least("y", "t", E(2.5, 3.5, 3.0, n=7), 2)
+    assert Claim.from_dict(y.to_dict()) == y
+    z = Claim.at_least("z", "u", E(0.0, 1.0), 2)
+    table = claims_table([c, y, z])
+    assert "| `x` | stmt (n) | n/a | unbounded | 0 | <= 1 | inconclusive |" in table
+    assert "| `y` | t | 3 | [2.5, 3.5] | 7 | >= 2 | yes |" in table and "| `z` | u | 0.5 | [0, 1] | 10 | >= 2 | **no** |" in table
+    chk = Claim.at_most("k", "identity", 0.0, 1e-12, check=True)
+    assert "| `k` | identity | 0 | <= 1e-12 | yes |" in checks_table([chk])
+    assert split([c, chk, y]) == ([c, y], [chk])
+    assert summary_line([c, y, z], [chk]) == "1 of 3 claims held, 1 did not, 1 inconclusive; 1 of 1 checks passed"
 
 
 def test_atomic_write_leaves_no_temporaries(tmp_path):
@@ -51,11 +106,13 @@ def test_run_dir_contract(tmp_path):
     with pytest.raises(RunDirError, match="no result.json"):
         rd.read_result()
     result = {"study": "s", "preset": "smoke", "config": {}, "metrics": {}, "seconds": 1.0, "env": {"cpus": 2},
-              "claims": [Claim.at_least("c", "stmt", 2, 1).to_dict()]}
+              "claims": [Claim.at_least("c", "stmt", E(1.5, 2.5), 1).to_dict()],
+              "checks": [Claim.at_most("k", "an identity", 0.0, 1e-9, check=True).to_dict()]}
     rd.write_result(result)
     assert rd.read_result() == result
     text = rd.write_report(result, "Title")
-    assert "1/1 claims held" in text and "| `c` |" in (rd.path / "report.md").read_text()
+    assert "1 of 1 claims held, 0 did not, 0 inconclusive; 1 of 1 checks passed" in text
+    assert "| `c` |" in text and "## Checks" in text and "| `k` | an identity |" in text
     with pytest.raises(RunDirError, match="already holds a finished run"):
         RunDir(tmp_path / "run").create()
 
