@@ -294,10 +294,13 @@ def train_worker(config: dict[str, Any]) -> None:
         mine = batches[rank::world]
         loss_sum = torch.zeros((), dtype=torch.float64)
         real_tokens = 0
+        own_norm = None
         for cpu_batch, n_real in mine:
             batch = {k: v.to(device) for k, v in cpu_batch.items()}
             total = recipe.loss(engine, batch)
             engine.backward(step_loss(total, step_units, world), scale_wrt_gas=False)
+            if cfg.zero_stage == 0 and engine.is_gradient_accumulation_boundary():
+                own_norm = grad_norm(engine.module)  # the step's averaged gradients, before clipping
             engine.step()
             loss_sum += total.detach().double().cpu()
             real_tokens += n_real
@@ -314,7 +317,7 @@ def train_worker(config: dict[str, Any]) -> None:
         metrics = {
             "step": step + 1,
             "loss": stats[0].item() / max(window.units, 1),
-            "grad_norm": float(engine.get_global_grad_norm() or 0.0),
+            "grad_norm": _global_grad_norm(engine, own_norm),
             "lr": scheduler.get_last_lr()[0],
             "tokens_per_s": stats[1].item() / window.seconds,
             "samples_per_s": window.samples / window.seconds,
@@ -341,6 +344,25 @@ def train_worker(config: dict[str, Any]) -> None:
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
         else:
             ray.train.report(metrics)
+
+
+def grad_norm(module) -> float:
+    """The L2 norm of all of a module's gradients (as DeepSpeed's global grad norm: before clipping)."""
+    import torch
+
+    grads = [p.grad.detach().float() for p in module.parameters() if p.grad is not None]
+    return float(torch.sqrt(sum((g * g).sum() for g in grads))) if grads else 0.0
+
+
+def _global_grad_norm(engine, own: float | None) -> float:
+    """DeepSpeed's global gradient norm of the step; ZeRO stage 0 keeps none (its optimizer wrapper
+    computes it), so the loop's own, taken at the step's accumulation boundary."""
+    norm = engine.get_global_grad_norm()
+    if norm is None:
+        if own is None:
+            raise RuntimeError("no gradient norm for this step: DeepSpeed kept none and the loop took none")
+        return own
+    return float(norm)
 
 
 def _rows(batch: dict[str, Any]) -> int:
