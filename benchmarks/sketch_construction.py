@@ -9,7 +9,7 @@ takes to build each sketch and how accurately the two parties' sketches estimate
   - CountSketch, and priority / threshold sampling.
 
 Equal storage: the linear sketches keep k = rows rows (rows x d numbers); the sampling sketches get
-the same budget, k = sketches.sampling_size(A, rows * d). Time is the best of --repeats runs after
+the same budget, k = sketches.size_for("priority", A, rows). Time is the best of --repeats runs after
 one warm-up (time.perf_counter, one BLAS thread). Error is sketches.relative_error of the estimate
 vs the exact product, mean over --repeats shared seeds (dense JL's estimate applies the same S as
 a sparse product, so B need not be densified too). If A.toarray() would exceed --max-dense-gb the
@@ -70,7 +70,7 @@ def measure(args) -> tuple[list[dict], str]:
     A, keys = pair.A, pair.keys_a
     exact, fro = pair.exact(), pair.fro()
     seeds = [args.seed + i for i in range(args.repeats)]
-    k_lin, k_samp = args.rows, sketches.sampling_size(A, args.rows * args.d)
+    k_lin, k_samp = args.rows, sketches.size_for("priority", A, args.rows)
     print(f"A: {A.shape[0]} x {A.shape[1]}, nnz {A.nnz}; budget {args.rows * args.d} numbers "
           f"(JL rows {k_lin}, sampling k {k_samp}); best of {args.repeats} after a warm-up")
     rows = []

@@ -8,8 +8,11 @@
    Lipschitz bound and larger, and scipy's solve_ivp (RK45, DOP853) on the flattened coordinates
    with no retraction. Then the same over a long horizon (the meta-stable phase), where the
    adaptive step grows and the fixed one cannot.
+3. One step of the PDE's Lax–Friedrichs scheme on the authors' grid (9999 cells): the velocity as
+   a periodic convolution by FFT against the same sum formed directly (numpy's convolve; the
+   notebook's conv1d does this O(M²) work per step), with the largest difference between them.
 
-    python benchmarks/sphere_flow_rhs.py [--n 1000] [--beta 5] [--form usa]
+    python benchmarks/sphere_flow_rhs.py [--n 1000] [--beta 5] [--form usa] [--grid 9999]
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from iclr_ray.studies.sphere_flow import dynamics as dy
-from iclr_ray.studies.sphere_flow import growth
+from iclr_ray.studies.sphere_flow import growth, pde
 
 
 def per_call(f, repeat: int) -> float:
@@ -100,6 +103,26 @@ def integrators(n: int, beta: float, form: str, horizon: float, long: float) -> 
         print(f"  {name:38s} {ev:7d} {seconds:8.2f} {np.abs(X - ref).max():10.1e}")
 
 
+def pde_step(beta: float, form: str, M: int) -> None:
+    sol = pde.LaxFriedrichs(beta, M, form)
+    u = pde.white_noise_start(M, 0.01, seed=0)
+    x = pde.grid(M)
+
+    K = -np.exp(beta * (np.cos(x) - 1)) * np.sin(x)  # tabulated once, as the notebook does
+
+    def direct(u):  # v_j = dθ Σ_m K(θ_j − θ_m) u_m: a direct (O(M²)) convolution with u repeated once
+        return np.convolve(np.concatenate([u, u]), K)[M:2 * M] * sol.dx * sol.scale
+
+    fast = per_call(lambda: sol.step(u), 50)
+    slow = per_call(lambda: direct(u), 3)
+    diff = np.abs(direct(u) - sol.velocity(u)).max() / np.abs(sol.velocity(u)).max()
+    steps = int(np.ceil(9.3 / sol.dt))
+    print(f"\nPDE, Lax-Friedrichs on {M} cells, beta = {beta:g}, {form.upper()}: one step (FFT velocity) "
+          f"{fast * 1e3:.2f} ms; the direct velocity sum alone {slow * 1e3:.0f} ms ({slow / fast:.0f}x); largest "
+          f"relative difference {diff:.1e}; {steps} steps to t = 9.3 (the notebook's T = 0.5 at beta = 5): "
+          f"{steps * fast:.1f} s")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=1000)
@@ -107,9 +130,11 @@ def main() -> None:
     p.add_argument("--form", choices=dy.FORMS, default="usa")
     p.add_argument("--horizon", type=float, default=10.0)
     p.add_argument("--long", type=float, default=200.0)
+    p.add_argument("--grid", type=int, default=9999)
     args = p.parse_args()
     kernels(args.beta, args.form)
     integrators(args.n, args.beta, args.form, args.horizon, args.long)
+    pde_step(args.beta, args.form, args.grid)
 
 
 if __name__ == "__main__":

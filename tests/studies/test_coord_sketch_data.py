@@ -90,3 +90,43 @@ def test_a_join_too_small_to_fit_is_refused(tmp_path):
     with pytest.raises(DataError, match="join on 2 keys, fewer than the 3 coefficients"):
         data.load_tables(x, y, key="id", target="y").check_join()
     data.load_tables(x, y, key="id", target="y", features=["a"]).check_join()
+
+
+def test_causal_softmax_and_the_head_products():
+    rng = np.random.default_rng(0)
+    n, d = 40, 8
+    Q, K, V = rng.standard_normal((3, n, d))
+    P = data.causal_softmax(Q, K)
+    assert np.allclose(P.sum(axis=1), 1.0) and np.all(P[np.triu_indices(n, 1)] == 0) and np.all(P[np.tril_indices(n)] > 0)
+    # row i: softmax over keys j <= i only, scaled by 1/sqrt(d)
+    i = 17
+    logits = Q[i] @ K[: i + 1].T / np.sqrt(d)
+    assert np.allclose(P[i, : i + 1], np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum())
+    h = data.HeadQKV(layer=0, head=0, kv_head=0, Q=Q, K=K, V=V, out=P @ V)
+    pairs = data.head_pairs(h)
+    assert np.allclose(pairs["qk"].exact(), Q.T @ K) and np.allclose(pairs["pv"].exact(), h.out)
+    # the keys are token positions: row j of A for the PV product is the attention key j receives
+    assert np.allclose(pairs["pv"].A.toarray()[3], P[:, 3]) and pairs["pv"].A.nnz == n * (n + 1) // 2
+
+
+def test_review_tokens_take_the_first_tokens_and_refuse_short_text():
+    pytest.importorskip("transformers")
+    from iclr_ray.llm.model import build_tokenizer
+
+    tok = build_tokenizer()  # a real byte-level tokenizer: one token per byte of these texts
+    texts = ["Lovely dress", "Too small"]
+    ids = data.review_tokens(tok, texts, 17)
+    assert tok.decode(ids.tolist()) == "Lovely dress\n\nToo" and ids.dtype == np.int64
+    with pytest.raises(DataError, match="2 review texts give 23 tokens, fewer than attention.seq_len = 30"):
+        data.review_tokens(tok, texts, 30)
+
+
+def test_top_k_rows_keep_each_querys_largest_weights():
+    rng = np.random.default_rng(1)
+    P = data.causal_softmax(*rng.standard_normal((2, 30, 4)))
+    T = data.top_k_rows(P, 5)
+    assert np.allclose(T.sum(axis=1), 1.0) and np.all((T > 0).sum(axis=1) == np.minimum(np.arange(1, 31), 5))
+    i = 20
+    kept = np.flatnonzero(T[i])
+    assert set(kept) == set(np.argsort(P[i])[-5:]) and np.allclose(T[i, kept], P[i, kept] / P[i, kept].sum())
+    assert data.top_k_rows(P, 30) is P

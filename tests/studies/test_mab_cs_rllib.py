@@ -45,5 +45,10 @@ def test_a_whole_run_on_the_rllib_engine_measures_what_the_vectorised_one_does(r
     for experiment in ("curves", "horizons", "gaps", "alpha_sweep", "ell_sweep"):
         assert [r["total"] for r in rl[experiment]] == pytest.approx([r["total"] for r in vec[experiment]], rel=1e-9)
         assert [r["pulls"] for r in rl[experiment]] == [r["pulls"] for r in vec[experiment]]
-    assert [c["measured"] for c in results["rllib"]["claims"]] == pytest.approx(
-        [c["measured"] for c in results["vectorised"]["claims"]], rel=1e-9)
+        assert [r["runs_pulls"] for r in rl[experiment]] == [r["runs_pulls"] for r in vec[experiment]]  # run by run
+        for a, b in zip(rl[experiment], vec[experiment]):
+            assert np.allclose(a["runs_quality"], b["runs_quality"], rtol=1e-9)
+    for a, b in zip(results["rllib"]["claims"], results["vectorised"]["claims"], strict=True):
+        assert a["id"] == b["id"] and a["holds"] == b["holds"] and a["n"] == b["n"]
+        for x, y in zip([a["measured"], *(a["ci"] or [])], [b["measured"], *(b["ci"] or [])], strict=True):
+            assert (x is None and y is None) or x == pytest.approx(y, rel=1e-9)  # None: not measured at this size

@@ -35,15 +35,24 @@ def test_smoke_study_runs_every_experiment_with_real_format_instances(ray_cluste
     assert {(f["policy"]) for f in m["horizon_fits"]} == {"pe", "pe_cs"}
     assert [r["T"] for r in m["horizons"] if r["policy"] == "pe"] == [300, 1000, 3000, 10000]
     ids = {c["id"] for c in result["claims"]}
-    assert ids == {"pe_log_growth", "pe_cs_log_growth", "baseline_linear_somewhere", "pe_cs_never_linear",
-                   "pe_pulls_scale_inverse_gap_squared", "pe_cs_most_reliable_over_alpha",
-                   "pe_most_reliable_over_ell"}
+    assert ids == {"pe_log_growth", "pe_cs_log_growth", "pe_cost_within_bound", "pe_quality_within_bound",
+                   "baseline_linear_somewhere", "pe_cs_never_linear", "pe_pulls_scale_inverse_gap_squared",
+                   "pe_cs_most_reliable_over_alpha", "pe_most_reliable_over_ell"}
+    assert {c["id"] for c in result["checks"]} == {"pulls_sum_to_T", "pe_never_above_ell"}
+    assert all(c["holds"] for c in result["checks"])
+    assert all(c["ci"] is not None and c["n"] >= 5 for c in result["claims"])  # intervals over runs
     assert all(c["measured"] is not None or not c["holds"] for c in result["claims"])
+    for r in m["alpha_sweep"]:  # per-run values, so the intervals recompute from result.json
+        assert len(r["runs_cost"]) == len(r["runs_quality"]) == len(r["runs_pulls"]) == r["runs"]
+    etc = next(r for r in m["curves"] if r["policy"] == "cs_etc")
+    assert etc["window"]["t"][0] == etc["window"]["explore_end"] and etc["window"]["t"][0] in etc["times"]
     for name in ("regret_vs_t", "regret_vs_horizon", "pulls_vs_gap", "regret_vs_alpha", "regret_vs_ell"):
         assert (out / "plots" / f"{name}.png").stat().st_size > 10_000
     report = (out / "report.md").read_text()
     assert "### alpha_sweep" in report and "growth exponents" in report
     assert cli.main(["report", str(out)]) == 0  # claims re-rendered from result.json alone
+    again = json.loads((out / "result.json").read_text())
+    assert again["claims"] == result["claims"] and again["checks"] == result["checks"]
 
 
 @pytest.mark.parametrize("sets, message", [

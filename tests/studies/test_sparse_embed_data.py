@@ -58,3 +58,13 @@ def test_npz_loader(tmp_path):
     (tmp_path / "junk.npz").write_text("not a matrix")
     with pytest.raises(DataError, match="cannot read .*junk.npz"):
         data.load_npz(tmp_path / "junk.npz")
+
+
+def test_reviews_bag_of_words_is_real_sparse_counts():
+    X = data.reviews_bag_of_words(200)
+    assert X.shape[0] == 200 and X.shape[1] > 10_000  # the whole corpus's vocabulary
+    assert X.dtype == np.float64 and (X.data >= 1).all() and np.array_equal(X.data, np.round(X.data))
+    nnz = np.diff(X.indptr)
+    assert nnz.min() >= 1 and 20 < nnz.mean() < 80 and X.nnz / (X.shape[0] * X.shape[1]) < 0.01
+    assert (X.data == 1).mean() > 0.7  # most words appear once in a review: many equal values
+    assert data.reviews_bag_of_words(50).toarray().tolist() == X[:50].toarray().tolist()  # the first n reviews

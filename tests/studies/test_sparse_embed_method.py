@@ -51,17 +51,34 @@ def test_maps_are_per_vector_and_countsketch_is_linear():
     assert np.allclose(cs.embed(2 * a - b).toarray(), 2 * cs.embed(a).toarray() - cs.embed(b).toarray())
 
 
-@pytest.mark.parametrize("dense", [False, True])
-def test_pair_distances_against_brute_force(dense):
+@pytest.mark.parametrize("cells", [1 << 22, 7])
+def test_pair_distances_against_brute_force(cells):
+    """Signed entries, a stored zero, groups that do not divide the width, and (cells = 7) one
+    dense column per block: the same numbers as the definition, l_inf bit for bit."""
     X = data.signed(data.random_sparse(15, 40, 6, seed=4), seed=5)
+    X.data[3] = 0.0  # a stored zero reads as absent
     A = X.toarray()
     ia, ib = geometry.all_pairs(15)
-    got = geometry.pair_distances(X, ia, ib, PS, group_size=8, dense=dense)
-    whole = geometry.pair_distances(X, ia, ib, PS, dense=dense)
+    got = geometry.pair_distances(X, ia, ib, PS, group_size=8, cells=cells)
+    whole = geometry.pair_distances(X, ia, ib, PS, cells=cells)
+    odd = geometry.pair_distances(X, ia, ib, PS, group_size=7, cells=cells)
     for p in PS:
-        assert np.allclose(got[p], brute_distances(A, ia, ib, p, 8))
-        assert np.allclose(whole[p][:, 0], brute_distances(A, ia, ib, p)[:, 0])
+        assert np.allclose(got[p], brute_distances(A, ia, ib, p, 8), rtol=1e-12)
+        assert np.allclose(whole[p][:, 0], brute_distances(A, ia, ib, p)[:, 0], rtol=1e-12)
+        padded = np.pad(A, ((0, 0), (0, 2)))  # 40 columns in groups of 7: the last group has 5
+        assert np.allclose(odd[p], brute_distances(padded, ia, ib, p, 7), rtol=1e-12)
     assert np.array_equal(got[math.inf], brute_distances(A, ia, ib, math.inf, 8))  # l_inf bit for bit
+    some = geometry.pair_distances(X, ia[[5, 0, 9]], ib[[5, 0, 9]], PS)  # any pairs, in any order
+    assert np.array_equal(some[math.inf][:, 0], whole[math.inf][[5, 0, 9], 0])
+
+
+def test_distances_on_wide_sparse_inputs_cost_nothing_in_d():
+    X = data.random_sparse(30, 1 << 40, 5, seed=1)  # d = 2^40: only the used columns are visited
+    ia, ib = geometry.all_pairs(30)
+    got = geometry.norms(geometry.pair_distances(X, ia, ib, (1.0, math.inf)))
+    for k in (0, 17, 400):
+        x, y = X[ia[k]], X[ib[k]]
+        assert got[1.0][k] == pytest.approx(abs(x - y).sum()) and got[math.inf][k] == abs(x - y).max()
 
 
 def _ratios(X, f, group, p):
@@ -153,6 +170,7 @@ def test_nnls_recovers_sparse_non_negative_vectors():
     assert np.allclose(embeddings.nnls_decode(A, A @ x), x, atol=1e-8)
     rows = measure.cs_recovery(4, 300, 4, 128, vectors=10, tolerance=1e-6, seed=0)
     assert rows[0]["recovered"] < 0.99 <= rows[-1]["recovered"]  # too few measurements fail, enough succeed
+    assert all(len(r["ok"]) == 10 and r["recovered"] == np.mean(r["ok"]) for r in rows)  # per vector, for intervals
     assert [r["m"] for r in rows] == sorted(r["m"] for r in rows)
 
 
@@ -167,14 +185,17 @@ def test_dimension_formulas_follow_the_bounds():
 
 
 def test_measure_helpers():
-    per_rep = np.array([[1.0, 3.0], [2.0, 2.0]])
-    frac = measure.exact_by_reps(per_rep, np.array([3.0, 2.0]))
-    assert frac.tolist() == [0.5, 1.0] and measure.smallest_exact_t(frac) == 2
+    per_rep = np.array([[1.0, 3.0, 2.0], [2.0, 2.0, 1.0], [1.0, 1.0, 1.0]])  # pair 3 never reaches its 2.0
+    frac = measure.exact_by_reps(per_rep.max(axis=1), per_rep.argmax(axis=1), np.array([3.0, 2.0, 2.0]), 3)
+    assert frac.tolist() == pytest.approx([1 / 3, 2 / 3, 2 / 3]) and measure.smallest_exact_t(frac) is None
+    frac = measure.exact_by_reps(per_rep[:2].max(axis=1), per_rep[:2].argmax(axis=1), np.array([3.0, 2.0]), 3)
+    assert frac.tolist() == [0.5, 1.0, 1.0] and measure.smallest_exact_t(frac) == 2
     assert measure.smallest_exact_t(np.array([0.5, 0.9])) is None
     rows = [{"m": 10, "f": 0.5}, {"m": 40, "f": 1.0}]
     assert measure.m_at(rows, "f", 0.75) == pytest.approx(20.0)
     assert math.isnan(measure.m_at([{"m": 10, "f": 0.5}], "f"))
     assert measure.loglog_slope([1, 2, 4], [1, 4, 16]) == pytest.approx(2.0)
+    assert math.isnan(measure.loglog_slope([1, 2, 4], [1, 4, float("nan")]))  # not dropped: no slope
     assert measure.distortion(np.array([0.9, 1.0]))["distortion"] == pytest.approx(0.1)
 
 

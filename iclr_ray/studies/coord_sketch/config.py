@@ -1,5 +1,6 @@
 """coord_sketch config. Defaults are the ``small`` preset (the CPU-scale check of the paper notes:
-n = 1e5 rows, d = m = 1000, 10 non-zeros per row, 30% shared keys, heavy-tailed row norms)."""
+n = 1e5 rows, d = m = 1000, 10 non-zeros per row, 30% shared keys, heavy-tailed row norms; the
+attention products of a real pretrained LM, SmolLM2-135M-Instruct, on real review text)."""
 from __future__ import annotations
 
 from typing import Literal, Optional
@@ -49,15 +50,30 @@ class UnbiasedCase(Section):
 
 
 class AttentionCase(Section):
-    """Attention-style products over the sequence axis: QᵀK and softmax(QKᵀ/sqrt(d))·V."""
+    """Attention products over the sequence axis: QᵀK and softmax(QKᵀ/sqrt(d))·V.
 
-    seq_len: int = Field(2048, ge=2)
+    With ``model`` set (the ``small`` and ``paper`` presets), Q, K and V are a real pretrained LM's
+    (RoPE applied as the model applies it) on real review text, for the query heads ``heads`` of
+    the layers ``layers``. With ``model: null`` (the ``smoke`` preset) they are a synthetic
+    stand-in: Gaussian/ReLU tokens with Pareto norms and a Pareto key salience."""
+
+    model: Optional[str] = "smollm2-135m-instruct"
+    """a packaged model's name (llm.pretrained.PACKAGED), a checkpoint folder or an HF id; null:
+    the synthetic stand-in"""
+    seq_len: int = Field(1024, ge=2)
+    """tokens in the sequence (real: the first seq_len tokens of the reviews joined)"""
+    layers: list[int] = Field([3, 15, 27], min_length=1)
+    """real model: decoder layers whose attention is sketched (fixed before any run: early,
+    middle and late layers of SmolLM2's 30)"""
+    heads: list[int] = Field([0], min_length=1)
+    """real model: query heads of each layer (GQA: each reads its group's key/value head)"""
     d_head: int = Field(64, ge=1)
+    """synthetic only: head dimension (a real model's is its own)"""
     tail: float = Field(3.0, gt=0.0)
-    """Pareto index of token norms and key salience (3: the top 50 of 2048 keys hold about half
-    of the attention mass; 1.5 makes one sink key hold almost all of it)"""
+    """synthetic only: Pareto index of token norms and key salience (3: the top 50 of 2048 keys
+    hold about half of the attention mass; 1.5 makes one sink key hold almost all of it)"""
     top_k: Optional[int] = Field(32, ge=1)
-    """sparse attention: each query keeps its top_k weights (null: dense softmax only)"""
+    """a third product, sparse attention: each query keeps its top_k weights (null: none)"""
 
 
 class RegressionCase(Section):
@@ -92,8 +108,6 @@ class Config(StudyConfig):
     rows of its matrix (k x d for A, k x m for B); sampling sketches get the same numbers"""
     seeds: int = Field(20, ge=1)
     """independent shared seeds per budget"""
-    delta: float = Field(0.1, gt=0.0, lt=1.0)
-    """failure probability in the Frobenius guarantee check"""
     sparse: SparseCase = SparseCase()
     dense: DenseCase = DenseCase()
     unbiased: UnbiasedCase = UnbiasedCase()
@@ -108,7 +122,8 @@ PRESETS = {
         "sparse": {"n": 4000, "d": 200, "m": 200, "nnz": 5},
         "dense": {"n": 1000, "d": 40, "m": 40},
         "unbiased": {"n": 1000, "d": 10, "m": 10, "seeds": 40},
-        "attention": {"seq_len": 256, "d_head": 32, "top_k": 8},
+        # the synthetic stand-in: loading and running the real LM does not fit the smoke's minute
+        "attention": {"model": None, "seq_len": 256, "d_head": 32, "top_k": 8},
         "regression": {"n_keys": 5000, "features": 4},
     },
     "small": {},
@@ -120,7 +135,9 @@ PRESETS = {
         "sparse": {"n": 1_000_000, "d": 2000, "m": 2000, "nnz": 10},
         "dense": {"n": 20_000, "d": 200, "m": 200},
         "unbiased": {"seeds": 1000},
-        "attention": {"seq_len": 8192, "d_head": 128, "top_k": 64},
+        # every query head of ten layers of the same model, over 4096 tokens
+        "attention": {"seq_len": 4096, "layers": [0, 3, 6, 9, 12, 15, 18, 21, 24, 27],
+                      "heads": [0, 1, 2, 3, 4, 5, 6, 7, 8]},
         "regression": {"n_keys": 1_000_000, "features": 16},
     },
 }

@@ -104,12 +104,136 @@ def attention_pair(seq_len: int, d_head: int, tail: float, product: str, seed: i
     logits = Q @ K.T / np.sqrt(d_head) + np.log(heavy_tailed(rng, seq_len, tail))[None, :]
     logits -= logits.max(axis=1, keepdims=True)
     P = np.exp(logits)
-    if top_k is not None and top_k < seq_len:
-        drop = np.argpartition(P, seq_len - top_k, axis=1)[:, : seq_len - top_k]
-        np.put_along_axis(P, drop, 0.0, axis=1)
     P /= P.sum(axis=1, keepdims=True)
+    if top_k is not None:
+        P = top_k_rows(P, top_k)
     V = rng.standard_normal((seq_len, d_head)) * (heavy_tailed(rng, seq_len, tail) / np.sqrt(d_head))[:, None]
     return Pair(keys, sp.csr_matrix(P.T), keys, sp.csr_matrix(V))
+
+
+# --- a real pretrained LM's attention on real text ------------------------------------------
+
+
+@dataclass
+class HeadQKV:
+    """One query head's inputs to attention in a real model, over one token sequence: its queries
+    Q, its group's keys K (RoPE applied as the model applies it) and values V, each n x d_head,
+    and ``out``, the attention output the model itself computed for this head (for checking)."""
+
+    layer: int
+    head: int
+    kv_head: int
+    Q: np.ndarray
+    K: np.ndarray
+    V: np.ndarray
+    out: np.ndarray
+
+
+def review_tokens(tokenizer, texts: list[str], seq_len: int) -> np.ndarray:
+    """The first ``seq_len`` token ids of the texts joined by blank lines (DataError when short)."""
+    ids = tokenizer("\n\n".join(texts), add_special_tokens=False)["input_ids"]
+    if len(ids) < seq_len:
+        raise DataError(f"{len(texts)} review texts give {len(ids)} tokens, fewer than attention.seq_len = {seq_len}")
+    return np.asarray(ids[:seq_len], dtype=np.int64)
+
+
+def lm_attention(model_name: str, token_ids: np.ndarray, layers: list[int], heads: list[int]) -> list[HeadQKV]:
+    """Q, K, V of the query heads ``heads`` of the decoder layers ``layers`` of a causal LM
+    (Llama-style: q/k/v projections, rotary embeddings, grouped-query attention), from one forward
+    pass over ``token_ids`` (no training, no sampling).
+
+    A forward pre-hook on each chosen layer's attention module receives the hidden states and the
+    (cos, sin) the model passes it; Q, K, V are that module's own projections of them, with the
+    rotary embedding applied by the model's own ``apply_rotary_pos_emb``. A pre-hook on ``o_proj``
+    records the attention output the model computed, so a caller can check softmax(QKᵀ/√d)V
+    against it."""
+    import sys
+
+    import torch
+
+    from ...llm import pretrained
+
+    model, _ = pretrained.load(model_name, dtype=torch.float32)
+    model.eval()
+    decoder = model.model.layers
+    caught: dict[int, dict] = {}
+
+    def qkv_hook(layer: int):
+        def hook(module, args, kwargs):
+            h = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+            cos, sin = kwargs["position_embeddings"] if "position_embeddings" in kwargs else args[1]
+            shape = (*h.shape[:-1], -1, module.head_dim)
+            q = module.q_proj(h).view(shape).transpose(1, 2)
+            k = module.k_proj(h).view(shape).transpose(1, 2)
+            v = module.v_proj(h).view(shape).transpose(1, 2)
+            rope = sys.modules[type(module).__module__].apply_rotary_pos_emb
+            q, k = rope(q, k, cos, sin)
+            caught[layer].update(q=q[0], k=k[0], v=v[0], groups=module.num_key_value_groups, d=module.head_dim)
+        return hook
+
+    def out_hook(layer: int):
+        def hook(module, args):
+            caught[layer]["out"] = args[0][0]
+        return hook
+
+    handles = []
+    for layer in layers:
+        caught[layer] = {}
+        attn = decoder[layer].self_attn
+        handles.append(attn.register_forward_pre_hook(qkv_hook(layer), with_kwargs=True))
+        handles.append(attn.o_proj.register_forward_pre_hook(out_hook(layer)))
+    try:
+        with torch.no_grad():
+            model(torch.as_tensor(token_ids)[None], use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    out = []
+    for layer in layers:
+        c = caught[layer]
+        d, g = c["d"], c["groups"]
+        for head in heads:
+            kv = head // g
+            out.append(HeadQKV(layer, head, kv, *(t.double().numpy() for t in
+                                                   (c["q"][head], c["k"][kv], c["v"][kv], c["out"][:, head * d:(head + 1) * d]))))
+    return out
+
+
+def causal_softmax(Q: np.ndarray, K: np.ndarray) -> np.ndarray:
+    """P = softmax(QKᵀ/√d) with the causal mask (query i attends to keys j <= i), n x n."""
+    n, d = Q.shape
+    logits = Q @ K.T / np.sqrt(d)
+    logits[np.triu_indices(n, 1)] = -np.inf
+    logits -= logits.max(axis=1, keepdims=True)
+    P = np.exp(logits)
+    return P / P.sum(axis=1, keepdims=True)
+
+
+def top_k_rows(P: np.ndarray, top_k: int) -> np.ndarray:
+    """Each row of P keeps its ``top_k`` largest weights, renormalised to sum to 1 (sparse
+    attention); rows with fewer non-zeros keep them all."""
+    n = P.shape[1]
+    if top_k >= n:
+        return P
+    P = P.copy()
+    drop = np.argpartition(P, n - top_k, axis=1)[:, : n - top_k]
+    np.put_along_axis(P, drop, 0.0, axis=1)
+    return P / P.sum(axis=1, keepdims=True)
+
+
+def head_pairs(h: HeadQKV, top_k: int | None = None) -> dict[str, Pair]:
+    """The products of one head over the sequence axis (keys = token positions):
+    ``qk``: A = Q, B = K, AᵀB = QᵀK (d x d); ``pv``: A = Pᵀ, B = V, AᵀB = PV = the head's output
+    (n x d), with P the causal softmax attention (row j of Pᵀ is the attention key j receives);
+    with ``top_k``, ``pv_topk``: the same with each query keeping its top_k weights."""
+    n = len(h.Q)
+    keys = np.arange(n, dtype=np.int64)
+    P = causal_softmax(h.Q, h.K)
+    out = {"qk": Pair(keys, sp.csr_matrix(h.Q), keys, sp.csr_matrix(h.K)),
+           "pv": Pair(keys, sp.csr_matrix(P.T), keys, sp.csr_matrix(h.V))}
+    if top_k is not None:
+        out["pv_topk"] = Pair(keys, sp.csr_matrix(top_k_rows(P, top_k).T), keys, sp.csr_matrix(h.V))
+    return out
 
 
 # --- two keyed tables: distributed linear regression across a join ---------------------------

@@ -17,9 +17,8 @@ STYLE = {"priority": ("tab:blue", "o"), "threshold": ("tab:green", "s"),
 
 def error_vs_storage(ax, rows: list[dict], title: str, field: str = "error") -> None:
     for method in dict.fromkeys(r["method"] for r in rows):
-        # error bars: standard error of the mean over seeds (per-seed errors are kept for `error`)
-        pts = sorted((r["storage"], r[f"{field}_mean"],
-                      np.std(r["errors"]) / np.sqrt(len(r["errors"])) if field == "error" else 0.0)
+        # error bars: standard error of the mean over the seeds (the per-seed values are in the metrics)
+        pts = sorted((r["storage"], r[f"{field}_mean"], np.std(r[f"{field}s"]) / np.sqrt(len(r[f"{field}s"])))
                      for r in rows if r["method"] == method)
         x, y, se = map(np.array, zip(*pts))
         color, marker = STYLE.get(method, ("k", "."))
@@ -36,13 +35,23 @@ def plot_all(metrics: dict[str, Any], cfg: Config) -> dict[str, Any]:
     ax.legend()
     figs["error_vs_storage_sparse"] = fig
 
-    fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
-    error_vs_storage(axes[0], metrics["dense"], "dense control (equal norms)")
-    error_vs_storage(axes[1], metrics["attention_qk"], "attention QᵀK")
-    error_vs_storage(axes[2], metrics["attention_pv"], "attention softmax(QKᵀ)V")
-    error_vs_storage(axes[3], metrics["attention_pv_topk"], f"attention top-{cfg.attention.top_k} softmax(QKᵀ)V")
-    axes[0].set_ylabel("relative Frobenius error")
-    axes[0].legend()
+    att = metrics["attention"]
+    panels = [(metrics["dense"], "dense control (equal norms)")]
+    for p in att["products"]:
+        name = {"qk": "QᵀK", "pv": "softmax(QKᵀ/√d)V", "pv_topk": f"top-{cfg.attention.top_k} softmax(QKᵀ/√d)V"}[p["product"]]
+        where = "synthetic" if p.get("layer") is None else f"{att['source']} L{p['layer']} H{p['head']}"
+        panels.append((p["rows"], f"{name} ({where})"))
+    cols = min(4, len(panels))
+    nrows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 4.2 * nrows), squeeze=False)
+    for ax, (rows, title) in zip(axes.flat, panels):
+        error_vs_storage(ax, rows, title)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("relative Frobenius error")
+    axes[0, 0].legend()
+    fig.tight_layout()
     figs["error_vs_storage_other"] = fig
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))

@@ -1,29 +1,62 @@
 """coord_sketch on Ray: every party's sketch is its own Ray task; a third task forms the estimate
 from the two sketches alone and measures its error against the exact product (which only the
-experiment, never a party, computes)."""
+experiment, never a party, computes). The real attention inputs come from one Ray task that runs
+the pretrained LM once."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import ray
 
 from ...runtime import RunContext
-from . import data, sketches
+from . import analysis, data, sketches
 from .config import Config
-from .sketches import SAMPLING
 
 
-def prepare(cfg: Config) -> data.Tables:
-    """The regression tables, read (CSV) or generated, and checked before Ray starts, so a bad
-    file or an empty join exits 2 at once."""
+@dataclass
+class Inputs:
+    """What prepare() checked before Ray starts: the regression tables and, for the real attention
+    experiment, the token ids of the review text."""
+
+    tables: data.Tables
+    token_ids: np.ndarray | None = None
+    text: dict[str, Any] = field(default_factory=dict)
+
+
+def prepare(cfg: Config) -> Inputs:
+    """The regression tables, read (CSV) or generated, and checked; for the real attention
+    experiment the model (installed, converted once, its layers and heads exist) and the review
+    text tokenised. Everything wrong exits 2 here, before Ray starts."""
     r = cfg.regression
     if r.features_csv is None:
         tables = data.synthetic_tables(r.n_keys, r.features, r.coverage_x, r.coverage_y, r.noise, cfg.seed + 4)
     else:
         tables = data.load_tables(r.features_csv, r.target_csv, r.key, r.target, r.feature_columns)
     tables.check_join()
-    return tables
+    at = cfg.attention
+    if at.model is None:
+        return Inputs(tables)
+    from ... import corpora
+    from ...config import ConfigError
+    from ...llm import pretrained
+
+    corpora.reviews_path()  # the corpus is installed (one line naming the pip command if not)
+    pretrained.check_available(at.model)
+    mc = pretrained.load_config(at.model)
+    heads = mc.num_attention_heads
+    bad_layers = [x for x in at.layers if not 0 <= x < mc.num_hidden_layers]
+    bad_heads = [x for x in at.heads if not 0 <= x < heads]
+    if bad_layers or bad_heads:
+        what = (f"attention.layers {bad_layers}: {at.model} has {mc.num_hidden_layers} layers" if bad_layers else
+                f"attention.heads {bad_heads}: {at.model} has {heads} query heads")
+        raise ConfigError(what)
+    if at.seq_len > getattr(mc, "max_position_embeddings", at.seq_len):
+        raise ConfigError(f"attention.seq_len {at.seq_len} exceeds {at.model}'s {mc.max_position_embeddings} positions")
+    texts = corpora.reviews(max_docs=max(16, at.seq_len // 16), min_words=5)
+    ids = data.review_tokens(pretrained.load_tokenizer(at.model), texts, at.seq_len)
+    return Inputs(tables, ids, {"corpus": "Women's E-Commerce Clothing Reviews", "reviews": len(texts)})
 
 
 @ray.remote(num_cpus=1)
@@ -40,13 +73,18 @@ def estimate_and_measure(sa, sb, exact: np.ndarray, fro_a: float, fro_b: float, 
     return out
 
 
+@ray.remote(num_cpus=1)
+def lm_attention(model: str, token_ids: np.ndarray, layers: list[int], heads: list[int]) -> list[data.HeadQKV]:
+    return data.lm_attention(model, token_ids, layers, heads)
+
+
 def shared_seed(root: int, i: int) -> int:
     """The seed the two parties agree on for repetition i (the same for every method: paired runs)."""
     return root * 1_000_003 + i
 
 
 def measure(ctx: RunContext, name: str, pair: data.Pair, methods: list[str], sketch_rows: list[int],
-          seeds: int, root_seed: int, keep_w: bool = False) -> list[dict[str, Any]]:
+            seeds: int, root_seed: int, keep_w: bool = False) -> list[dict[str, Any]]:
     """Error of every method at every budget over ``seeds`` shared seeds; one record per cell."""
     fro_a, fro_b = pair.fro()
     exact = ray.put(pair.exact())
@@ -55,11 +93,8 @@ def measure(ctx: RunContext, name: str, pair: data.Pair, methods: list[str], ske
     cells, refs = [], []
     for method in methods:
         for rows in sketch_rows:
-            if method in SAMPLING:  # same stored numbers as a rows x d (rows x m) linear sketch
-                k_a = sketches.sampling_size(pair.A, rows * pair.A.shape[1])
-                k_b = sketches.sampling_size(pair.B, rows * pair.B.shape[1])
-            else:
-                k_a = k_b = rows
+            # sampling sketches get the stored numbers of a rows x d (rows x m) linear sketch
+            k_a, k_b = sketches.size_for(method, pair.A, rows), sketches.size_for(method, pair.B, rows)
             for i in range(seeds):
                 seed = shared_seed(root_seed, i)
                 sa = sketch_party.remote(A, keys_a, method, k_a, seed)
@@ -78,44 +113,16 @@ def measure(ctx: RunContext, name: str, pair: data.Pair, methods: list[str], ske
     return records
 
 
-def summarise(records: list[dict[str, Any]], extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """Mean and spread per (method, budget); per-seed errors kept for the guarantee check."""
-    rows = []
-    for key in dict.fromkeys((r["method"], r["sketch_rows"]) for r in records):
-        group = [r for r in records if (r["method"], r["sketch_rows"]) == key]
-        errors = np.array([r["error"] for r in group])
-        row = {"method": key[0], "sketch_rows": key[1], "k_a": group[0]["k_a"], "k_b": group[0]["k_b"],
-               "storage": float(np.mean([r["storage"] for r in group])),
-               "error_mean": float(errors.mean()), "error_std": float(errors.std()),
-               "errors": errors.tolist()}
-        for name in extra:
-            row[f"{name}_mean"] = float(np.mean([r[name] for r in group]))
-        rows.append(row)
-    return rows
-
-
-def unbiasedness(records: list[dict[str, Any]], pair: data.Pair) -> dict[str, Any]:
-    """Per method: ||mean_T W - AᵀB||² against the unbiased expectation E||W - AᵀB||² / T.
-
-    For an unbiased estimator the ratio is about 1 (it is exactly 1 in expectation); a bias b adds
-    about T ||b||² / E||W - AᵀB||² to it, so it grows with T."""
-    exact = pair.exact()
+def exact_at_full_size(pair: data.Pair, seed: int) -> dict[str, float]:
+    """Per sampling method, the relative error when k covers every non-zero row (it must be 0:
+    every row is kept with probability 1)."""
     fa, fb = pair.fro()
+    exact = pair.exact()
     out = {}
-    for method in dict.fromkeys(r["method"] for r in records):
-        Ws = np.stack([r["W"] for r in records if r["method"] == method])
-        T = len(Ws)
-        sq = np.array([np.linalg.norm(W - exact) ** 2 for W in Ws])
-        running = np.cumsum(Ws, axis=0) / np.arange(1, T + 1)[:, None, None]
-        checkpoints = sorted({int(t) for t in np.unique(np.geomspace(1, T, 12).astype(int))})
-        curve = [[t, float(np.linalg.norm(running[t - 1] - exact) / (fa * fb))] for t in checkpoints]
-        out[method] = {
-            "seeds": T,
-            "ratio": float(np.linalg.norm(running[-1] - exact) ** 2 / (sq.mean() / T)),
-            "single_error": float(np.sqrt(sq.mean()) / (fa * fb)),
-            "mean_error": curve[-1][1],
-            "curve": curve,
-        }
+    for m in sketches.SAMPLING:
+        sa = sketches.sketch(m, pair.A, pair.keys_a, sketches.full_size(m, pair.A), seed)
+        sb = sketches.sketch(m, pair.B, pair.keys_b, sketches.full_size(m, pair.B), seed)
+        out[m] = sketches.relative_error(sketches.estimate(sa, sb), exact, fa, fb)
     return out
 
 
@@ -134,30 +141,59 @@ def regression(ctx: RunContext, cfg: Config, tables: data.Tables) -> dict[str, A
         th = data.solve(*data.normal_equations(rec.pop("W"), p), cfg.regression.ridge)
         rec["theta_error"] = float(np.linalg.norm(th - theta) / np.linalg.norm(theta))
         rec["r2"] = r2(th)
-    return {"source": tables.source, "join_rows": int(len(yj)), "keys_x": int(len(tables.keys_x)), "keys_y": int(len(tables.keys_y)),
-            "r2_exact": r2(theta), "rows": summarise(records, extra=("theta_error", "r2"))}
+    return {"source": tables.source, "join_rows": int(len(yj)), "keys_x": int(len(tables.keys_x)),
+            "keys_y": int(len(tables.keys_y)), "r2_exact": r2(theta),
+            "rows": analysis.summarise(records, extra=("theta_error", "r2"))}
+
+
+def attention(ctx: RunContext, cfg: Config, inputs: Inputs) -> dict[str, Any]:
+    """The attention products: a real LM's heads (cfg.attention.model) or the synthetic stand-in."""
+    at = cfg.attention
+    products = []
+    if at.model is None:
+        for name, product, top_k in (("qk", "qk", None), ("pv", "pv", None), ("pv_topk", "pv", at.top_k)):
+            if name == "pv_topk" and top_k is None:
+                continue
+            pair = data.attention_pair(at.seq_len, at.d_head, at.tail, product, cfg.seed + 3, top_k=top_k)
+            products.append({"product": name, "layer": None, "head": None, **analysis.pair_stats(pair),
+                             "rows": analysis.summarise(measure(ctx, f"attention_{name}", pair, cfg.methods,
+                                                                cfg.sketch_rows, cfg.seeds, cfg.seed + 3))})
+        return {"source": "synthetic", "seq_len": at.seq_len, "products": products}
+    ctx.say("attention: %s over %d review tokens, layers %s, query heads %s", at.model, at.seq_len, at.layers, at.heads)
+    [heads] = ctx.wait_all([lm_attention.remote(at.model, inputs.token_ids, at.layers, at.heads)],
+                           f"attention: one forward pass of {at.model}")
+    for h in heads:
+        for name, pair in data.head_pairs(h, at.top_k).items():
+            products.append({"product": name, "layer": h.layer, "head": h.head, "kv_head": h.kv_head,
+                             **analysis.pair_stats(pair),
+                             "rows": analysis.summarise(measure(ctx, f"attention_{name}_L{h.layer}H{h.head}", pair,
+                                                                cfg.methods, cfg.sketch_rows, cfg.seeds,
+                                                                cfg.seed + 3))})
+    return {"source": at.model, "seq_len": at.seq_len, "text": inputs.text, "products": products}
 
 
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     s = cfg.sparse
-    metrics: dict[str, Any] = {}
+    metrics: dict[str, Any] = {"zero_error": {}}
     pair = data.sparse_pair(s.n, s.d, s.m, s.nnz, s.overlap, s.tail, cfg.seed)
-    metrics["sparse"] = summarise(measure(ctx, "sparse", pair, cfg.methods, cfg.sketch_rows, cfg.seeds, cfg.seed))
+    metrics["zero_error"]["sparse"] = analysis.zero_error(pair.exact(), *pair.fro())
+    metrics["sparse"] = analysis.summarise(measure(ctx, "sparse", pair, cfg.methods, cfg.sketch_rows, cfg.seeds,
+                                                   cfg.seed))
 
     dn = cfg.dense
     pair = data.sparse_pair(dn.n, dn.d, dn.m, max(dn.d, dn.m), 1.0, None, cfg.seed + 1)
-    metrics["dense"] = summarise(measure(ctx, "dense", pair, cfg.methods, cfg.sketch_rows, cfg.seeds, cfg.seed + 1))
+    metrics["zero_error"]["dense"] = analysis.zero_error(pair.exact(), *pair.fro())
+    metrics["dense"] = analysis.summarise(measure(ctx, "dense", pair, cfg.methods, cfg.sketch_rows, cfg.seeds,
+                                                  cfg.seed + 1))
 
     u = cfg.unbiased
     pair = data.sparse_pair(u.n, u.d, u.m, u.nnz, 0.3, u.tail, cfg.seed + 2)
     recs = measure(ctx, "unbiased", pair, cfg.methods, [u.sketch_rows], u.seeds, cfg.seed + 2, keep_w=True)
-    metrics["unbiased"] = unbiasedness(recs, pair)
+    metrics["unbiased"] = analysis.unbiasedness(recs, pair.exact(), *pair.fro())
+    metrics["exact_at_full_size"] = exact_at_full_size(pair, shared_seed(cfg.seed + 2, 0))
 
-    at = cfg.attention
-    for name, product, top_k in (("qk", "qk", None), ("pv", "pv", None), ("pv_topk", "pv", at.top_k)):
-        pair = data.attention_pair(at.seq_len, at.d_head, at.tail, product, cfg.seed + 3, top_k=top_k)
-        metrics[f"attention_{name}"] = summarise(
-            measure(ctx, f"attention_{name}", pair, cfg.methods, cfg.sketch_rows, cfg.seeds, cfg.seed + 3))
-
-    metrics["regression"] = regression(ctx, cfg, ctx.inputs)
+    metrics["attention"] = attention(ctx, cfg, ctx.inputs)
+    metrics["regression"] = regression(ctx, cfg, ctx.inputs.tables)
+    reg_pair = data.regression_pair(ctx.inputs.tables)
+    metrics["zero_error"]["regression"] = analysis.zero_error(reg_pair.exact(), *reg_pair.fro())
     return metrics

@@ -150,6 +150,23 @@ def sampling_size(A, budget: int) -> int:
     return max(1, int((budget - 1) // per_row))
 
 
+def size_for(method: str, A, rows: int) -> int:
+    """The size parameter k of ``method`` for a budget of ``rows`` JL-equivalent rows: linear
+    sketches keep ``rows`` rows; sampling sketches as many rows as fit in rows x width numbers."""
+    return sampling_size(A, rows * A.shape[1]) if method in SAMPLING else rows
+
+
+def full_size(method: str, A) -> int:
+    """The smallest size parameter at which a sampling sketch keeps every non-zero row of A with
+    probability 1: the number of non-zero rows for priority sampling, ||A||_F² / min ||a_i||²
+    (rounded up) for threshold sampling."""
+    w = row_norms2(A)
+    w = w[w > 0]
+    if method == "priority" or not w.size:
+        return max(1, int(w.size))
+    return int(np.ceil(w.sum() / w.min()))
+
+
 def sketch(method: str, A, keys: np.ndarray, k: int, seed: int) -> Sketch:
     """One party's sketch of A with size parameter k. Needs nothing from the other party."""
     keys = np.asarray(keys, dtype=np.int64)
@@ -182,6 +199,9 @@ def relative_error(W: np.ndarray, exact: np.ndarray, fro_a: float, fro_b: float)
     return float(np.linalg.norm(W - exact) / (fro_a * fro_b))
 
 
-def guarantee_eps(k: int, delta: float) -> float:
-    """The paper's bound inverted: with k = 2/(delta eps²) + 1 samples, error <= eps w.p. 1 - delta."""
-    return float(np.sqrt(2.0 / (delta * max(k - 1, 1))))
+def second_moment_bound(k: int) -> float:
+    """The paper's bound on the mean squared relative error with k samples per party:
+    E||W - AᵀB||_F² <= 2 ||A||_F² ||B||_F² / (k - 1) (Markov's inequality on it gives the
+    high-probability form: k = 2/(delta eps²) + 1 samples, error <= eps w.p. 1 - delta).
+    Infinite for k < 2, where it says nothing."""
+    return 2.0 / (k - 1) if k >= 2 else float("inf")

@@ -20,9 +20,9 @@ BLOCK = 256
 """steps whose reward uniforms are drawn at once (and between two checks for settled runs)"""
 
 
-def checkpoints(T: int, points: int) -> np.ndarray:
-    """About ``points`` log-spaced steps in 1..T, always ending at T."""
-    t = np.unique(np.round(np.geomspace(1, T, max(points, 2))).astype(np.int64))
+def checkpoints(T: int, points: int, marks: Sequence[int] = ()) -> np.ndarray:
+    """About ``points`` log-spaced steps in 1..T, always ending at T, and the steps in ``marks``."""
+    t = np.unique(np.r_[np.round(np.geomspace(1, T, max(points, 2))), marks].astype(np.int64))
     return t[(t >= 1) & (t <= T)]
 
 
@@ -43,15 +43,15 @@ class Trace:
 def simulate(inst: Instance, policy: str, setting: Setting, alpha: float, T: int, seed: int,
              runs: Sequence[int], ell: int | None = None, reward_model: RewardModel = "bernoulli",
              kappa: int = 5, etc_factor: float = 5.0, points: int = 40, record_arms: bool = False,
-             fast_forward: bool = True) -> Trace:
+             fast_forward: bool = True, marks: Sequence[int] = ()) -> Trace:
     """Runs ``runs`` (indices: run r draws the same rewards wherever it is simulated) of ``policy``
-    for T steps; regret at ``points`` log-spaced checkpoints."""
+    for T steps; regret at ``points`` log-spaced checkpoints and at the steps in ``marks``."""
     keys = run_keys(seed, runs)
     R = len(keys)
     pol = make_policy(policy, inst.cost, T, keys, alpha, setting, ell, reward_model, kappa, etc_factor)
     regret = Regret(inst, setting, alpha, ell)
     mu = np.asarray(inst.mu)
-    times = checkpoints(T, points)
+    times = checkpoints(T, points, marks)
     cost, quality = np.zeros((R, len(times))), np.zeros((R, len(times)))
     seq = np.zeros((R, T), np.int16) if record_arms else None
     rows = np.arange(R)

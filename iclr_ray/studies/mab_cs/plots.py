@@ -1,5 +1,5 @@
-"""Figures for mab_cs: regret against t (log x) per policy, final regret against T, alpha and ell,
-and PE's pulls against the gap."""
+"""Figures for mab_cs: regret against t (log x) per policy, final regret against T (PE's cost and
+quality regret beside its bound), alpha and ell, and PE's pulls against the gap."""
 from __future__ import annotations
 
 from typing import Any
@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import NullFormatter  # noqa: E402
 import numpy as np  # noqa: E402
 
+from .analysis import KINDS, bounds  # noqa: E402
 from .config import Config  # noqa: E402
 
 STYLE = {"pe": ("tab:blue", "o"), "pe_asym": ("tab:cyan", "D"), "pe_cs": ("tab:purple", "o"),
@@ -40,8 +41,12 @@ def curves(rows: list[dict[str, Any]]):
     return fig
 
 
-def horizons(fits: list[dict[str, Any]]):
-    fig, ax = plt.subplots(figsize=(6, 4.2))
+def horizons(metrics: dict[str, Any]):
+    """Final regret against T: cost + quality for PE and PE-CS with a + b ln T fits, and PE's cost and
+    quality regret apart, each beside its instance-dependent bound."""
+    fits = metrics["horizon_fits"]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+    ax = axes[0]
     for f in fits:
         T, y = np.array(f["T"]), np.array(f["total"])
         _line(ax, T, y, f["policy"])
@@ -50,8 +55,21 @@ def horizons(fits: list[dict[str, Any]]):
                 label=f"{LABEL[f['policy']]}: a + b ln T")
     ax.set(xscale="log", xlabel="horizon T", ylabel="final cost + quality regret (mean)",
            title="regret against the horizon")
-    ax.grid(True, which="both", alpha=0.3)
     ax.legend()
+    pe = sorted((r for r in metrics["horizons"] if r["policy"] == "pe"), key=lambda r: r["T"])
+    bs = bounds(pe, metrics["instances"]) if pe else []
+    for ax, kind in zip(axes[1:], KINDS):
+        if pe:
+            T = [r["T"] for r in pe]
+            ax.plot(T, [r[kind] for r in pe], "o-", color=STYLE["pe"][0], label=f"PE {kind} regret (mean)")
+            ax.plot(T, [max(r[f"runs_{kind}"]) for r in pe], "^:", color=STYLE["pe"][0], alpha=0.6, label="worst run")
+            ax.plot(T, [b[kind] for b in bs], "k--", label="instance-dependent bound")
+        ax.set(xscale="log", yscale="log", xlabel="horizon T", ylabel=f"final {kind} regret",
+               title=f"PE: {kind} regret against its bound")
+        ax.legend(fontsize=8)
+    for ax in axes:
+        ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
     return fig
 
 
@@ -88,7 +106,7 @@ def plot_all(metrics: dict[str, Any], cfg: Config) -> dict[str, Any]:
     if metrics.get("curves"):
         figs["regret_vs_t"] = curves(metrics["curves"])
     if metrics.get("horizon_fits"):
-        figs["regret_vs_horizon"] = horizons(metrics["horizon_fits"])
+        figs["regret_vs_horizon"] = horizons(metrics)
     if metrics.get("gap_fit"):
         figs["pulls_vs_gap"] = gaps(metrics["gap_fit"])
     if metrics.get("alpha_sweep"):

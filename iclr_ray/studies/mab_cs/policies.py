@@ -56,6 +56,54 @@ def max_round(T: int) -> int:
     return max(0, int(math.floor(0.5 * math.log2(T / math.e))))
 
 
+def pe_bound(mu, cost, alpha: float, ell: int, T: int) -> dict:
+    """PE's instance-dependent regret bound with this schedule's constants, on the good event that
+    every estimate is within its buffer b(D) at every test (Hoeffding: each fails with probability at
+    most 2/(T D^2)).
+
+    With threshold thr = (1 - alpha) mu_ell and gap Delta_j = |mu_j - thr|, episode j ends (the
+    candidate rejected or accepted, never wrongly) at the first round m with 4 b(2^-m) < Delta_j, so
+    both arms are sampled at most G_j = n(2^-m) times; about 32 ln(T Delta_j^2 / 16) / Delta_j^2,
+    the ln(T Delta^2)/Delta^2 order of the paper's bound. Candidates run in cost order up to the
+    target a*; ell's samples carry over between episodes, so ell is pulled at most max_j G_j times.
+    Hence
+
+        quality regret <= sum_{j < a*} Delta_j G_j,     cost regret <= (c_ell - c_{a*}) max_{j <= a*} G_j
+
+    (each capped at T times the largest step). A gap no round resolves (4 b > Delta_j at m_max)
+    leaves G_j = T: no bound."""
+    mu, c = np.asarray(mu, float), np.asarray(cost, float)
+    thr = (1.0 - alpha) * mu[ell]
+    a_star = int(np.flatnonzero(mu[: ell + 1] >= thr - 1e-12)[0])
+    D = 2.0 ** -np.arange(max_round(T) + 1)
+    four_b = 4.0 * buffer(D, T)
+
+    def pulls(gap: float) -> int:
+        ok = np.flatnonzero(four_b < gap)
+        return int(min(sample_size(D[ok[0]], T), T)) if ok.size else int(T)
+
+    cands = range(a_star + 1) if a_star < ell else range(ell)
+    G = {j: pulls(abs(mu[j] - thr)) for j in cands}
+    quality = sum((thr - mu[j]) * G[j] for j in cands if j < a_star)
+    cost_bound = (c[ell] - c[a_star]) * max(G.values()) if a_star < ell and G else 0.0
+    return {"target": a_star, "pulls": G, "quality": float(min(quality, T * max(thr - mu.min(), 0.0))),
+            "cost": float(min(cost_bound, T * (c[ell] - c[a_star])))}
+
+
+def etc_tau(T: int, K_play: int, factor: float) -> int:
+    """CS-ETC's pulls of every arm before it commits: factor * ceil((T/K)^(2/3))."""
+    return int(factor * math.ceil((T / K_play) ** (2.0 / 3.0)))
+
+
+def exploration_end(name: str, K_play: int, T: int, etc_factor: float = 5.0) -> int:
+    """The last step of a policy's fixed exploration: CS-ETC's K tau round-robin pulls, the index
+    policies' first pull of every arm; 0 for PE and PE-CS, whose exploration is adaptive (it ends
+    when a run settles, at a different step in every run)."""
+    if name == "cs_etc":
+        return min(T, K_play * etc_tau(T, K_play, etc_factor))
+    return K_play if name in ("cs_ucb", "cs_ts") else 0
+
+
 class Policy(ABC):
     """Statistics shared by every policy: pulls n and reward sums of each arm in each run."""
 
@@ -319,7 +367,7 @@ class CSETC(IndexPolicy):
 
     def __init__(self, *args, factor: float = 5.0, **kw):
         super().__init__(*args, **kw)
-        self.tau = int(factor * math.ceil((self.T / self.K_play) ** (2.0 / 3.0)))
+        self.tau = etc_tau(self.T, self.K_play, factor)
 
     def index(self, t: int) -> np.ndarray:
         return np.minimum(self.mu_hat + self.ucb_width(), 1.0)

@@ -17,11 +17,11 @@ import ray
 from ...config import ConfigError
 from ...runtime import RunContext
 from . import data
-from .analysis import analyse
+from .analysis import analyse, window_marks
 from .bandit import Instance, Regret, run_keys
 from .config import Config
 from .engine import Trace, checkpoints, simulate
-from .policies import make_policy
+from .policies import exploration_end, make_policy
 
 
 def prepare(cfg: Config) -> dict[str, Instance]:
@@ -54,7 +54,8 @@ def prepare(cfg: Config) -> dict[str, Instance]:
 @ray.remote(num_cpus=1)
 def simulate_chunk(inst: Instance, cell: dict[str, Any], seed: int, runs: list[int], cfg: dict[str, Any]) -> dict:
     start = time.perf_counter()
-    tr = simulate(inst, cell["policy"], cell["setting"], cell["alpha"], cell["T"], seed, runs, ell=cell.get("ell"), **cfg)
+    tr = simulate(inst, cell["policy"], cell["setting"], cell["alpha"], cell["T"], seed, runs, ell=cell.get("ell"),
+                  marks=cell.get("marks", ()), **cfg)
     return _chunk(tr, time.perf_counter() - start)
 
 
@@ -117,7 +118,7 @@ def simulate_rllib_cells(cells: list[dict[str, Any]], instances: dict[str, Insta
 def trace_of_arms(inst: Instance, cell: dict[str, Any], arms: np.ndarray, points: int) -> Trace:
     """Regret at the checkpoints and pulls at T of runs given by their arms (R x T)."""
     T = cell["T"]
-    times = checkpoints(T, points)
+    times = checkpoints(T, points, cell.get("marks", ()))
     regret = Regret(inst, cell["setting"], cell["alpha"], cell.get("ell"))
     cost, quality = np.zeros((len(arms), len(times))), np.zeros((len(arms), len(times)))
     for i, t in enumerate(times):
@@ -142,8 +143,9 @@ def cells(cfg: Config, instances: dict[str, Instance]) -> list[dict[str, Any]]:
     c = cfg.curves
     for case in c.cases:
         for p in c.policies:
+            t_e = exploration_end(p, instances[case.instance].K, c.T, cfg.etc_factor)
             out.append({"experiment": "curves", "instance": case.instance, "policy": p, "setting": "subsidy",
-                        "alpha": case.alpha, "T": c.T, "runs": c.runs})
+                        "alpha": case.alpha, "T": c.T, "runs": c.runs, "marks": window_marks(t_e, c.T)})
     h = cfg.horizons
     for T in h.horizons:
         out.append({"experiment": "horizons", "instance": h.instance, "policy": "pe", "setting": "known_ref",

@@ -6,6 +6,9 @@ independent random supports, or clusters (a prototype support and values per clu
 vector swapping some of its prototype's coordinates and jittering the values), which gives the
 k-center task a structure to find. Loaders read
 
+* the review corpus that installs offline (``iclr_ray.corpora.reviews``, 22,641 customer reviews)
+  as a bag of words: word counts of the first n reviews over the corpus's whole vocabulary
+  (scikit-learn's CountVectorizer), one row per review;
 * UCI bag-of-words ``docword.*.txt`` (three header lines D, W, NNZ, then ``docID wordID count``
   lines, 1-based ids), the format of the NYTimes/PubMed/Enron/KOS corpora: word counts, non-negative;
 * a scipy ``.npz`` sparse matrix (``scipy.sparse.save_npz``).
@@ -17,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from ...config import DataError
+from ...config import ConfigError, DataError
 
 
 def _distinct(rng: np.random.Generator, d: int, s: int, n: int) -> np.ndarray:
@@ -76,6 +79,22 @@ def signed(X: sp.csr_matrix, seed: int) -> sp.csr_matrix:
 def sparsity(X: sp.csr_matrix) -> int:
     """s: the largest number of non-zeros in a vector."""
     return int(np.diff(X.indptr).max()) if X.shape[0] else 0
+
+
+def reviews_bag_of_words(n: int | None = None) -> sp.csr_matrix:
+    """Word counts of the first ``n`` reviews of the offline review corpus (all by default), one row
+    per review, over the vocabulary of the whole corpus (CountVectorizer's defaults: lower case,
+    tokens of two or more word characters). Reviews without such a token are dropped."""
+    from ...corpora import reviews
+
+    try:
+        from sklearn.feature_extraction.text import CountVectorizer
+    except ImportError:
+        raise ConfigError("vectors.source=reviews builds its bag of words with scikit-learn: "
+                          "pip install scikit-learn") from None
+    X = sp.csr_matrix(CountVectorizer().fit_transform(reviews()), dtype=np.float64)
+    X = X[np.diff(X.indptr) > 0]
+    return _check(X[:n] if n is not None else X, Path("the review corpus"))
 
 
 def load_docword(path: str | Path, max_docs: int | None = None) -> sp.csr_matrix:

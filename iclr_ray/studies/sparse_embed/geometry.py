@@ -1,8 +1,8 @@
 """Exact pairwise l_p distances between sparse vectors, and the downstream tasks on a distance
 matrix (no Ray, no I/O).
 
-Distances are computed by merging the two supports of each pair (sort by (pair, coordinate), sum
-x_i and -y_i per coordinate), so the cost is O(nnz(x) + nnz(y)) per pair whatever d is, and the
+Distances visit the non-zeros of each pair's two vectors once (the other vector's value read from a
+dense block of the used columns), so the cost is O(nnz(x) + nnz(y)) per pair whatever d is, and the
 same code serves the inputs (d in the millions) and their embeddings. Coordinates can be grouped
 (a repetition of an embedding is a group of m columns), giving per-group sums ||x_g - y_g||_p^p or
 maxima, from which the estimate for any prefix of repetitions follows.
@@ -22,61 +22,75 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.nda
     return np.repeat(starts, lengths) + offset, owner
 
 
+def _power(x: np.ndarray, p: float) -> np.ndarray:
+    """x^p for x >= 0; integer p by repeated squaring (far cheaper than pow, the same to rounding)."""
+    if p == 1:
+        return x
+    if float(p).is_integer() and 2 <= p <= 64:
+        k, out, base = int(p), None, x
+        while k:
+            if k & 1:
+                out = base if out is None else out * base
+            k >>= 1
+            if k:
+                base = base * base
+        return out
+    return x**p
+
+
 def pair_distances(X: sp.csr_matrix, ia: np.ndarray, ib: np.ndarray, ps: tuple[float, ...],
-                   group_size: int | None = None, dense: bool | None = None) -> dict[float, np.ndarray]:
+                   group_size: int | None = None, cells: int = 1 << 22) -> dict[float, np.ndarray]:
     """For pairs (X[ia[k]], X[ib[k]]): {p: array (pairs, groups)} of sum_{i in group} |x_i - y_i|^p
     (p finite) or max_{i in group} |x_i - y_i| (p = inf). Columns c belong to group c // group_size
-    (one group of all columns when ``group_size`` is None). ``dense`` picks the path (both give the
-    same numbers): by default dense rows when the matrix is narrow, as an embedding is."""
-    X = sp.csr_matrix(X)
-    width = X.shape[1]
+    (one group of all columns when ``group_size`` is None).
+
+    Only the columns some vector uses are visited, a block of them at a time (``cells`` dense
+    entries, 32 MiB): the block's rows are laid out densely, and each pair reads the other row's
+    value at every column of the first row's support (|x_i - y_i|, shared columns included), then at
+    every column of the second row's support where the first row is 0 (|y_i|). Every non-zero of
+    either vector is visited once, so the cost is O(nnz(x) + nnz(y)) per pair whatever d is, and
+    x_i - y_i is computed as such (l_inf distances can be compared bit for bit). Pairs go through
+    in runs of about ``cells`` visited entries, which bounds the memory whatever their number."""
+    X = sp.csr_matrix(X, copy=True)
+    X.eliminate_zeros()  # "absent" and "stored 0" must read the same for the second pass
+    X.sort_indices()
+    n, width = X.shape
     g = 1 if group_size is None else math.ceil(width / group_size)
     ia, ib = np.asarray(ia, np.int64), np.asarray(ib, np.int64)
-    P = ia.size
-    if dense is None:
-        dense = width <= 16 * max(X.nnz / max(X.shape[0], 1), 1.0)
-    if dense:
-        return _dense_pair_distances(X.toarray(), ia, ib, ps, group_size or width, g)
-    parts = []
-    for rows, sign in ((ia, 1.0), (ib, -1.0)):
-        idx, pair = _ranges(X.indptr[rows].astype(np.int64), np.diff(X.indptr)[rows].astype(np.int64))
-        parts.append((pair * width + X.indices[idx], sign * X.data[idx]))
-    key = np.concatenate([parts[0][0], parts[1][0]])
-    val = np.concatenate([parts[0][1], parts[1][1]])
-    order = np.argsort(key, kind="stable")
-    key, val = key[order], val[order]
-    out = {p: np.zeros((P, g)) for p in ps}
-    if not key.size:
-        return out
-    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    diff = np.abs(np.add.reduceat(val, first))  # x_i + (-y_i): bit-identical to x_i - y_i
-    key = key[first]
-    pair, col = key // width, key % width
-    cell = pair * g + (0 if group_size is None else col // group_size)
-    bounds = np.flatnonzero(np.r_[True, cell[1:] != cell[:-1]])  # cells come sorted, as the keys do
-    for p in ps:
-        if math.isinf(p):
-            flat = np.zeros(P * g)
-            flat[cell[bounds]] = np.maximum.reduceat(diff, bounds)
-        else:
-            flat = np.bincount(cell, weights=diff if p == 1 else diff**p, minlength=P * g)
-        out[p] = flat.reshape(P, g)
-    return out
-
-
-def _dense_pair_distances(F: np.ndarray, ia, ib, ps, group_size: int, g: int, cells: int = 1 << 25):
-    """pair_distances on dense rows, the same numbers (|x - 0| = x; x - y as in the sparse path),
-    ``cells`` differences (256 MiB) at a time."""
-    pad = g * group_size - F.shape[1]
-    if pad:
-        F = np.pad(F, ((0, 0), (0, pad)))
-    chunk = max(1, cells // F.shape[1])
-    out = {p: np.zeros((ia.size, g)) for p in ps}
-    for lo in range(0, ia.size, chunk):
-        diff = np.abs(F[ia[lo:lo + chunk]] - F[ib[lo:lo + chunk]]).reshape(-1, g, group_size)
-        for p in ps:
-            out[p][lo:lo + chunk] = diff.max(axis=2) if math.isinf(p) else (diff if p == 1 else diff**p).sum(axis=2)
-    return out
+    flat = {p: np.zeros((ia.size, g)) for p in ps}
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(X.indptr))
+    cols = X.indices.astype(np.int64)
+    grp = np.zeros_like(cols) if group_size is None else cols // group_size
+    used, comp = np.unique(cols, return_inverse=True)  # used columns, in order (groups stay contiguous)
+    block = max(1, cells // max(n, 1))
+    for c0 in range(0, used.size, block):
+        sel = (comp >= c0) & (comp < c0 + block)
+        r, c, v, gr = rows[sel], comp[sel] - c0, X.data[sel], grp[sel]  # still by row, then column
+        D = np.zeros((n, min(block, used.size - c0)))
+        D[r, c] = v
+        count = np.bincount(r, minlength=n)
+        start = np.concatenate([[0], np.cumsum(count)])
+        for first, second, own in ((ia, ib, True), (ib, ia, False)):
+            lens = count[first]
+            ends = np.cumsum(lens)
+            cuts = np.unique(np.r_[0, np.searchsorted(ends, np.arange(cells, ends[-1] if ends.size else 0, cells)),
+                                   first.size])
+            for k0, k1 in zip(cuts[:-1], cuts[1:]):
+                idx, k = _ranges(start[first[k0:k1]], lens[k0:k1])
+                if not idx.size:
+                    continue
+                other = D[second[k0 + k], c[idx]]
+                diff = np.abs(v[idx] - other) if own else np.where(other == 0, np.abs(v[idx]), 0.0)
+                cell = k * g + gr[idx]  # non-decreasing: entries come by pair, then by column
+                for p in ps:
+                    out = flat[p][k0:k1].reshape(-1)
+                    if math.isinf(p):
+                        bounds = np.flatnonzero(np.r_[True, cell[1:] != cell[:-1]])
+                        at = cell[bounds]
+                        out[at] = np.maximum(out[at], np.maximum.reduceat(diff, bounds))
+                    else:
+                        out += np.bincount(cell, weights=_power(diff, p), minlength=out.size)
+    return flat
 
 
 def norms(per_pair: dict[float, np.ndarray]) -> dict[float, np.ndarray]:

@@ -1,6 +1,6 @@
 """What the sparse_embed experiments measure, as plain functions of arrays (no Ray, no I/O): the
-distortion of an embedding over all pairs, the repetitions exact l_inf needs, the birthday-paradox
-map's exactness and compressed-sensing recovery."""
+distortion of an embedding over all pairs, the repetitions exact l_inf needs, the downstream tasks
+on embedded distances, the birthday-paradox map's exactness and compressed-sensing recovery."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 
-from . import data, embeddings
+from . import data, embeddings, geometry
 
 RATIO_TOL = 1e-9
 """relative slack for float round-off when checking "never above the true distance" and exactness
@@ -35,21 +35,67 @@ def distortion(r: np.ndarray) -> dict[str, float]:
             "distortion": float(np.abs(1.0 - r).max())}
 
 
+def lp_row(method: str, eps: float, seed: int, m: int, t: int, p: float, estimate: np.ndarray,
+           true: np.ndarray) -> dict:
+    """One (map, eps, seed, p) of the l_p sweep: the worst distortion over all pairs and the share
+    of pairs reproduced exactly."""
+    return {"method": method, "eps": eps, "seed": seed, "m": m, "t": t, "dims": m * t, "p": plabel(p),
+            **distortion(ratios(estimate, true)), "exact_fraction": exact_fraction(estimate, true)}
+
+
 def exact_fraction(estimate: np.ndarray, true: np.ndarray) -> float:
     """Share of pairs whose distance is reproduced bit for bit."""
     return float(np.mean(estimate == true)) if true.size else float("nan")
 
 
-def exact_by_reps(per_rep_max: np.ndarray, true: np.ndarray) -> np.ndarray:
-    """For t = 1..T: share of pairs whose l_inf distance is exact using the first t repetitions
-    (per_rep_max[k, j] = ||f_j(x) - f_j(y)||_inf for pair k)."""
-    return (np.maximum.accumulate(per_rep_max, axis=1) == true[:, None]).mean(axis=0)
+def exact_by_reps(final_max: np.ndarray, first_max: np.ndarray, true: np.ndarray, T: int) -> np.ndarray:
+    """For t = 1..T: share of pairs whose l_inf distance is exact using the first t repetitions.
+    ``final_max`` is the estimate from all T repetitions and ``first_max`` the first repetition
+    that attains it (the running maximum is final from there on). The max-pooling estimate never
+    exceeds the true distance, so a pair is exact at t exactly when its final estimate is the true
+    distance and that repetition is among the first t."""
+    hit = final_max == true
+    return np.array([float(np.mean(hit & (first_max < t))) if true.size else math.nan for t in range(1, T + 1)])
 
 
 def smallest_exact_t(frac_by_t: np.ndarray) -> int | None:
     """The smallest t at which every pair is exact (None if no t drawn is)."""
     hit = np.flatnonzero(frac_by_t == 1.0)
     return int(hit[0]) + 1 if hit.size else None
+
+
+def linf_row(size: int, seed: int, m: int, t_pred: int, final_max: np.ndarray, first_max: np.ndarray,
+             reps: int, true: np.ndarray, linear: np.ndarray) -> dict:
+    """One (|X|, seed) of the exact-l_inf sweep: the share of pairs exact at t = 1..reps, whether
+    every pair is exact at the predicted t, the smallest t at which every pair is, and the linear
+    map's exact share and worst ratio at the predicted size."""
+    frac = exact_by_reps(final_max, first_max, true, reps)
+    return {"size": size, "seed": seed, "pairs": int(true.size), "m": m, "t_pred": t_pred,
+            "exact_by_t": frac.tolist(), "exact_at_pred": bool(frac[t_pred - 1] == 1.0),
+            "t_min": smallest_exact_t(frac), "linear_exact_fraction": exact_fraction(linear, true),
+            "linear_max_ratio": float(ratios(linear, true).max())}
+
+
+def downstream(true: dict, estimates: dict, n: int, k: int) -> dict[str, list[dict]]:
+    """Diameter and k-center (Gonzalez) computed on embedded distances, judged in the original
+    metric, for every map ``(method, eps, seed)`` and p in ``estimates``: relative diameter error,
+    and the k-center cost of the embedded run's centers over the cost of the centers the same
+    algorithm picks on the true distances."""
+    diam, kc = [], []
+    for (method, eps, seed), est_by_p in estimates.items():
+        for p, est in est_by_p.items():
+            label = {"map": method, "eps": eps, "seed": seed, "p": plabel(p)}
+            true_diam, _ = geometry.diameter(true[p])
+            est_diam, _ = geometry.diameter(est)
+            diam.append({**label, "true": true_diam, "embedded": est_diam,
+                         "rel_error": abs(est_diam - true_diam) / true_diam if true_diam > 0 else float("nan")})
+            D, De = geometry.square(true[p], n), geometry.square(est, n)
+            c_true, c_emb = geometry.k_center(D, k), geometry.k_center(De, k)
+            cost_true = geometry.k_center_cost(D, c_true)
+            kc.append({**label, "k": k,
+                       "cost_ratio": geometry.k_center_cost(D, c_emb) / cost_true if cost_true > 0 else float("nan"),
+                       "same_centers": bool(np.array_equal(c_true, c_emb))})
+    return {"diameter": diam, "k_center": kc}
 
 
 def birthday(X: sp.csr_matrix, m_values: list[int], seed: int) -> list[dict[str, float]]:
@@ -72,15 +118,16 @@ def birthday(X: sp.csr_matrix, m_values: list[int], seed: int) -> list[dict[str,
 
 
 def cs_recovery(s: int, d: int, m_min: int, m_max: int, vectors: int, tolerance: float, seed: int) -> list[dict]:
-    """Share of non-negative s-sparse vectors that NNLS recovers from m Gaussian measurements,
-    for m = m_min, m_min sqrt(2), ... until 99% are recovered or m passes m_max."""
+    """Which of ``vectors`` non-negative s-sparse vectors NNLS recovers from m Gaussian
+    measurements, for m = m_min, m_min sqrt(2), ... until 99% are recovered or m passes m_max: per m,
+    the share and each vector's outcome (vector k is the same vector at every m)."""
     X = data.random_sparse(vectors, d, s, seed).toarray()
     out, m = [], float(m_min)
     while True:
         mi = min(int(round(m)), m_max)
         A = embeddings.gaussian_measurements(mi, d, seed + 1)
-        ok = [np.abs(embeddings.nnls_decode(A, A @ x) - x).max() <= tolerance * np.abs(x).max() for x in X]
-        out.append({"m": mi, "recovered": float(np.mean(ok))})
+        ok = [bool(np.abs(embeddings.nnls_decode(A, A @ x) - x).max() <= tolerance * np.abs(x).max()) for x in X]
+        out.append({"m": mi, "recovered": float(np.mean(ok)), "ok": ok})
         if out[-1]["recovered"] >= 0.99 or mi >= m_max:
             return out
         m *= math.sqrt(2)
@@ -100,9 +147,16 @@ def m_at(rows: list[dict], field: str, level: float = 0.99) -> float:
 
 
 def loglog_slope(x: list[float], y: list[float]) -> float:
-    """Least-squares slope of log y on log x over the finite positive points."""
-    pts = [(a, b) for a, b in zip(x, y) if a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)]
-    if len(pts) < 2:
+    """Least-squares slope of log y on log x. Every point must be measured (finite and positive):
+    a point that is not, such as an m_99 the sweep never reached, makes the slope nan rather than
+    being dropped, since a slope through the remaining points would describe a different curve."""
+    pts = np.array([(a, b) for a, b in zip(x, y)], float).reshape(-1, 2)
+    if len(pts) < 2 or not (np.isfinite(pts).all() and (pts > 0).all()):
         return float("nan")
-    lx, ly = np.log(np.array(pts)).T
+    lx, ly = np.log(pts).T
     return float(np.polyfit(lx, ly, 1)[0])
+
+
+def unmeasured(values) -> int:
+    """How many of ``values`` are not finite and positive (the points loglog_slope refuses)."""
+    return sum(1 for v in values if v is None or not math.isfinite(v) or v <= 0)

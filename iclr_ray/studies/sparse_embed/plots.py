@@ -13,7 +13,7 @@ import numpy as np  # noqa: E402
 from .analysis import m99  # noqa: E402
 from .config import Config  # noqa: E402
 
-P_COLORS = {"1": "tab:blue", "2": "tab:green", "3": "tab:purple", "inf": "tab:red"}
+P_COLORS = {"1": "tab:blue", "2": "tab:green", "3": "tab:purple", "8": "tab:orange", "16": "tab:brown", "inf": "tab:red"}
 
 
 def distortion_vs_dims(metrics: dict[str, Any]):
@@ -24,7 +24,7 @@ def distortion_vs_dims(metrics: dict[str, Any]):
             pts: dict[int, float] = {}
             for r in rows:
                 if r["method"] == method and r["p"] == p:
-                    pts[r["dims"]] = max(pts.get(r["dims"], 0.0), r["distortion"])
+                    pts[r["dims"]] = max(pts.get(r["dims"], 0.0), r["distortion"] or 0.0)
             if not pts:
                 continue
             x = np.array(sorted(pts))
@@ -34,7 +34,7 @@ def distortion_vs_dims(metrics: dict[str, Any]):
     eps = sorted({(r["dims"], r["eps"]) for r in rows if r["method"] == "maxpool"})
     ax.plot([e[0] for e in eps], [e[1] for e in eps], "k:", lw=1.5, label="ε (the guarantee)")
     ax.set(xscale="log", yscale="log", xlabel="embedding dimension m·t", ylabel="worst |1 − D_emb / D| over pairs",
-           title=f"ℓ_p distortion, |X| = {metrics['data']['n']}, s = {metrics['data']['s']} (ℓ_∞ is exact: not drawn)")
+           title=f"ℓ_p distortion, |X| = {metrics['data']['n']}, s = {metrics['data']['s']} (max-pooling's ℓ_∞ is exact: not drawn)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()

@@ -1,7 +1,8 @@
-"""sparse_embed on Ray. The data sets go into the object store once; each embedding is a Ray task,
-and every all-pairs distance check (of the inputs and of each embedding) is split into tasks of
-``pairs_per_task`` pairs, so |X| = 10^4 (5e7 pairs) spreads over a cluster. The birthday-paradox
-and compressed-sensing sweeps are one task per sparsity s."""
+"""sparse_embed on Ray. The data sets go into the object store once; each embedding (one per map,
+eps and seed) is a Ray task, and every all-pairs distance check (of the inputs and of each
+embedding) is split into tasks of ``pairs_per_task`` pairs that hand back per-pair estimates, so
+|X| = 10^4 (5e7 pairs) spreads over a cluster. The birthday-paradox and compressed-sensing sweeps
+are one task per sparsity s."""
 from __future__ import annotations
 
 import math
@@ -21,22 +22,26 @@ INF = math.inf
 
 
 def prepare(cfg: Config) -> dict[str, Any]:
-    """The data sets, read (docword / npz) or generated, before Ray starts: a bad file exits 2."""
+    """The data sets, read (reviews / docword / npz) or generated, before Ray starts: a bad file
+    exits 2."""
     v = cfg.vectors
     if v.docword is not None:
         X, source = data.load_docword(v.docword, max_docs=v.n), f"docword {v.docword.name}"
     elif v.npz is not None:
         X, source = data.load_npz(v.npz, max_rows=v.n), f"npz {v.npz.name}"
+    elif v.source == "reviews":
+        X, source = data.reviews_bag_of_words(v.n), "reviews (bag of words)"
     else:
         X, source = data.random_sparse(v.n, v.d, v.s, cfg.seed, clusters=v.clusters), "generated"
-    s = data.sparsity(X)
     if max(cfg.cs.s_values) > cfg.cs.d:
         raise ConfigError(f"cs.s_values: {max(cfg.cs.s_values)} non-zeros do not fit in cs.d = {cfg.cs.d}")
     if cfg.cs.m_min > cfg.cs.m_max:
         raise ConfigError(f"cs.m_min = {cfg.cs.m_min} exceeds cs.m_max = {cfg.cs.m_max}")
     if max(cfg.birthday.s_values) > cfg.vectors.d:
         raise ConfigError(f"birthday.s_values: {max(cfg.birthday.s_values)} does not fit in vectors.d = {cfg.vectors.d}")
-    Xinf = data.random_sparse(max(cfg.linf.sizes), X.shape[1], s, cfg.seed + 1) if s <= X.shape[1] else X
+    if cfg.linf.s > cfg.vectors.d:
+        raise ConfigError(f"linf.s = {cfg.linf.s} non-zeros do not fit in vectors.d = {cfg.vectors.d}")
+    Xinf = data.random_sparse(max(cfg.linf.sizes), cfg.vectors.d, cfg.linf.s, cfg.seed + 1)
     return {"X": X, "Xinf": Xinf, "source": source}
 
 
@@ -46,8 +51,18 @@ def embed_task(X: sp.csr_matrix, spec) -> sp.csr_matrix:
 
 
 @ray.remote(num_cpus=1)
-def distance_task(F: sp.csr_matrix, ia: np.ndarray, ib: np.ndarray, ps: tuple, group_size: int | None) -> dict:
-    return geometry.pair_distances(F, ia, ib, ps, group_size)
+def distance_task(F: sp.csr_matrix, ia: np.ndarray, ib: np.ndarray, ps: tuple, group_size: int | None,
+                  first_max: bool) -> dict:
+    """Per pair: the distances (inputs: ``group_size`` None) or the embedding's estimates from all
+    its repetitions; with ``first_max``, also the first repetition attaining the l_inf estimate.
+    Reduced here, so what travels back is a few numbers per pair, not one per repetition."""
+    per = geometry.pair_distances(F, ia, ib, ps, group_size)
+    if group_size is None:
+        return geometry.norms(per)
+    out: dict = {p: embeddings.estimate(v, p) for p, v in per.items()}
+    if first_max:
+        out["first_max"] = per[INF].argmax(axis=1)
+    return out
 
 
 @ray.remote(num_cpus=1)
@@ -71,12 +86,13 @@ class Checks:
     refs: list = field(default_factory=list)
     parts: dict = field(default_factory=dict)
 
-    def submit(self, key, F, n: int, ps: tuple, group_size: int | None = None) -> None:
+    def submit(self, key, F, n: int, ps: tuple, group_size: int | None = None, first_max: bool = False) -> None:
         ia, ib = geometry.all_pairs(n)
         self.parts[key] = []
         for lo in range(0, ia.size, self.chunk):
             self.parts[key].append(len(self.refs))
-            self.refs.append(distance_task.remote(F, ia[lo:lo + self.chunk], ib[lo:lo + self.chunk], ps, group_size))
+            self.refs.append(distance_task.remote(F, ia[lo:lo + self.chunk], ib[lo:lo + self.chunk], ps, group_size,
+                                                  first_max))
 
     def gather(self, ctx: RunContext, desc: str) -> dict:
         outs = ctx.wait_all(self.refs, desc)
@@ -84,81 +100,65 @@ class Checks:
                 for key, idx in self.parts.items()}
 
 
+def map_seed(cfg: Config, seed: int) -> int:
+    """The hash seed of the map with index ``seed`` (the same map for every eps and method)."""
+    return cfg.seed * 1000 + seed
+
+
 def lp_experiment(ctx: RunContext, cfg: Config, X: sp.csr_matrix) -> dict[str, Any]:
-    """Max-pooling (and the linear map of the same shape) on X over the eps grid; the signed
-    control; the exact-l_inf map on X for the downstream tasks."""
+    """Per seed of the map: max-pooling (and the linear map of the same shape) on X over the eps
+    grid, the signed control (X with fresh random signs), and the exact-l_inf map for the
+    downstream tasks."""
     n, d, s = X.shape[0], X.shape[1], data.sparsity(X)
     ps = tuple(float(p) for p in cfg.lp.ps) + (INF,)
-    S = data.signed(X, cfg.seed + 7)
-    Xr, Sr = ray.put(X), ray.put(S)
+    Xr = ray.put(X)
     checks = Checks(cfg.pairs_per_task)
     checks.submit("orig", Xr, n, ps)
-    checks.submit("orig_signed", Sr, n, ps)
     cells = {}
     methods = [("maxpool", embeddings.MaxPool)] + ([("linear", embeddings.CountSketch)] if cfg.lp.linear_baseline else [])
+    m_inf = max(1, math.ceil(cfg.linf.m_factor * s))
+    t_inf = embeddings.linf_reps(s, n, m_inf, cfg.linf.delta)
+    # the signed control at the largest eps (the cheapest map): a bucket whose support entries are
+    # all negative reads 0 whatever m and t are, so the failure does not depend on the size
+    eps_s = max(cfg.lp.eps)
+    m_s, t_s = embeddings.lp_dims(s, n, eps_s, cfg.lp.c_m, cfg.lp.c_t)
     for seed in range(cfg.lp.seeds):
         for eps in cfg.lp.eps:
             m, t = embeddings.lp_dims(s, n, eps, cfg.lp.c_m, cfg.lp.c_t)
             for name, cls in methods:
-                key = (name, eps, seed)
-                cells[key] = (m, t)
-                checks.submit(key, embed_task.remote(Xr, cls(d, m, t, cfg.seed * 1000 + seed)), n, ps, m)
-    m_inf = max(1, math.ceil(cfg.linf.m_factor * s))
-    t_inf = embeddings.linf_reps(s, n, m_inf, cfg.linf.delta)
-    exact_map = embeddings.MaxPool(d, m_inf, t_inf, cfg.seed * 1000)
-    checks.submit("linf_map", embed_task.remote(Xr, exact_map), n, ps, m_inf)
-    eps_min = min(cfg.lp.eps)
-    m_s, t_s = embeddings.lp_dims(s, n, eps_min, cfg.lp.c_m, cfg.lp.c_t)
-    checks.submit("signed", embed_task.remote(Sr, embeddings.MaxPool(d, m_s, t_s, cfg.seed * 1000)), n, ps, m_s)
-    got = checks.gather(ctx, f"l_p: {len(cells) + 4} all-pairs checks of {n * (n - 1) // 2} pairs")
+                cells[(name, eps, seed)] = (m, t)
+                checks.submit((name, eps, seed), embed_task.remote(Xr, cls(d, m, t, map_seed(cfg, seed))), n, ps, m)
+        checks.submit(("linf_map", seed), embed_task.remote(Xr, embeddings.MaxPool(d, m_inf, t_inf, map_seed(cfg, seed))),
+                      n, (INF,), m_inf)
+        Sr = ray.put(data.signed(X, cfg.seed + 7 + seed))  # fresh signs with every map
+        checks.submit(("orig_signed", seed), Sr, n, ps)
+        checks.submit(("signed", seed), embed_task.remote(Sr, embeddings.MaxPool(d, m_s, t_s, map_seed(cfg, seed))),
+                      n, ps, m_s)
+    got = checks.gather(ctx, f"l_p: {len(checks.parts)} all-pairs checks of {n * (n - 1) // 2} pairs "
+                             f"({cfg.lp.seeds} seeds of the map)")
 
-    true = {p: geometry.norms(got["orig"])[p] for p in ps}
-    rows = []
+    true = got["orig"]
+    rows, signed, linf_map = [], [], []
     for (name, eps, seed), (m, t) in cells.items():
         for p in ps:
-            est = embeddings.estimate(got[(name, eps, seed)][p], p)
-            rec = {"method": name, "eps": eps, "seed": seed, "m": m, "t": t, "dims": m * t, "p": measure.plabel(p),
-                   **measure.distortion(measure.ratios(est, true[p])),
-                   "exact_fraction": measure.exact_fraction(est, true[p])}
+            rec = measure.lp_row(name, eps, seed, m, t, p, got[(name, eps, seed)][p], true[p])
             ctx.log(experiment="lp", **rec)
             rows.append(rec)
-    true_s = {p: geometry.norms(got["orig_signed"])[p] for p in ps}
-    signed = {"m": m_s, "t": t_s, "eps": eps_min, "by_p": []}
-    for p in ps:
-        est = embeddings.estimate(got["signed"][p], p)
-        signed["by_p"].append({"p": measure.plabel(p), **measure.distortion(measure.ratios(est, true_s[p])),
-                               "exact_fraction": measure.exact_fraction(est, true_s[p])})
-    estimates = {("linf_map", p): embeddings.estimate(got["linf_map"][p], p) for p in ps}
-    for (name, eps, seed) in cells:
-        if seed == 0:
-            estimates.update({((name, eps), p): embeddings.estimate(got[(name, eps, seed)][p], p) for p in ps})
-    down = downstream(true, estimates, n, max(cfg.vectors.clusters, 2))
-    return {"rows": rows, "signed": signed, "downstream": down,
-            "linf_map": {"m": m_inf, "t": t_inf, "exact_fraction": measure.exact_fraction(estimates[("linf_map", INF)], true[INF])}}
-
-
-def downstream(true: dict, estimates: dict, n: int, k: int) -> dict[str, list[dict]]:
-    """Diameter and k-center (Gonzalez) computed on embedded distances, judged in the original
-    metric: relative diameter error, and the k-center cost of the embedded run's centers over
-    the cost of the centers the same algorithm picks on the true distances."""
-    diam, kc = [], []
-    for (which, p), est in estimates.items():
-        label = {"map": "maxpool_linf", "eps": None} if which == "linf_map" else {"map": which[0], "eps": which[1]}
-        true_diam, _ = geometry.diameter(true[p])
-        est_diam, _ = geometry.diameter(est)
-        diam.append({**label, "p": measure.plabel(p), "true": true_diam, "embedded": est_diam,
-                     "rel_error": abs(est_diam - true_diam) / true_diam if true_diam > 0 else float("nan")})
-        D, De = geometry.square(true[p], n), geometry.square(est, n)
-        c_true, c_emb = geometry.k_center(D, k), geometry.k_center(De, k)
-        cost_true = geometry.k_center_cost(D, c_true)
-        kc.append({**label, "p": measure.plabel(p), "k": k, "cost_ratio": geometry.k_center_cost(D, c_emb) / cost_true if cost_true > 0 else float("nan"),
-                   "same_centers": bool(np.array_equal(c_true, c_emb))})
-    return {"diameter": diam, "k_center": kc}
+    for seed in range(cfg.lp.seeds):
+        true_s = got[("orig_signed", seed)]
+        signed += [measure.lp_row("maxpool", eps_s, seed, m_s, t_s, p, got[("signed", seed)][p], true_s[p]) for p in ps]
+        linf_map.append({"seed": seed, "exact_fraction": measure.exact_fraction(got[("linf_map", seed)][INF], true[INF])})
+    estimates = {key: got[key] for key in cells}
+    estimates.update({("maxpool_linf", None, seed): got[("linf_map", seed)] for seed in range(cfg.lp.seeds)})
+    down = measure.downstream(true, estimates, n, max(cfg.vectors.clusters, 2))
+    return {"rows": rows, "signed": {"m": m_s, "t": t_s, "eps": eps_s, "rows": signed}, "downstream": down,
+            "linf_map": {"m": m_inf, "t": t_inf, "seeds": linf_map}}
 
 
 def linf_experiment(ctx: RunContext, cfg: Config, Xall: sp.csr_matrix) -> list[dict[str, Any]]:
     """Exact l_inf on |X| = each size: the share of pairs exact for t = 1..t_pred + extra, the
-    smallest exact t per seed, and the linear map at the predicted size."""
+    smallest exact t per seed, and the linear map at the predicted size. Seed k is the same map
+    at every size, and the sets are nested (the first |X| vectors)."""
     d, s = Xall.shape[1], data.sparsity(Xall)
     m = max(1, math.ceil(cfg.linf.m_factor * s))
     checks, cells = Checks(cfg.pairs_per_task), {}
@@ -167,21 +167,19 @@ def linf_experiment(ctx: RunContext, cfg: Config, Xall: sp.csr_matrix) -> list[d
         checks.submit(("orig", size), Xr, size, (INF,))
         t_pred = embeddings.linf_reps(s, size, m, cfg.linf.delta)
         for seed in range(cfg.linf.seeds):
-            key_seed = cfg.seed * 1000 + 100 + seed
+            key_seed = map_seed(cfg, 100 + seed)
             cells[(size, seed)] = t_pred
             checks.submit(("maxpool", size, seed),
-                          embed_task.remote(Xr, embeddings.MaxPool(d, m, t_pred + cfg.linf.extra_reps, key_seed)), size, (INF,), m)
-            checks.submit(("linear", size, seed), embed_task.remote(Xr, embeddings.CountSketch(d, m, t_pred, key_seed)), size, (INF,))
+                          embed_task.remote(Xr, embeddings.MaxPool(d, m, t_pred + cfg.linf.extra_reps, key_seed)),
+                          size, (INF,), m, first_max=True)
+            checks.submit(("linear", size, seed), embed_task.remote(Xr, embeddings.CountSketch(d, m, t_pred, key_seed)),
+                          size, (INF,), m)
     got = checks.gather(ctx, f"l_inf: exactness on |X| = {cfg.linf.sizes}, {cfg.linf.seeds} seeds each")
     rows = []
     for (size, seed), t_pred in cells.items():
-        true = got[("orig", size)][INF][:, 0]
-        frac = measure.exact_by_reps(got[("maxpool", size, seed)][INF], true)
-        lin = got[("linear", size, seed)][INF][:, 0]
-        rec = {"size": size, "seed": seed, "pairs": int(true.size), "m": m, "t_pred": t_pred,
-               "exact_by_t": frac.tolist(), "exact_at_pred": bool(frac[t_pred - 1] == 1.0),
-               "t_min": measure.smallest_exact_t(frac), "linear_exact_fraction": measure.exact_fraction(lin, true),
-               "linear_max_ratio": float(measure.ratios(lin, true).max())}
+        mp = got[("maxpool", size, seed)]
+        rec = measure.linf_row(size, seed, m, t_pred, mp[INF], mp["first_max"], t_pred + cfg.linf.extra_reps,
+                               got[("orig", size)][INF], got[("linear", size, seed)][INF])
         ctx.log(experiment="linf", **{k: v for k, v in rec.items() if k != "exact_by_t"})
         rows.append(rec)
     return rows
@@ -204,8 +202,10 @@ def average_case(ctx: RunContext, cfg: Config) -> dict[str, list[dict]]:
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     inputs = ctx.inputs
     X, Xinf = inputs["X"], inputs["Xinf"]
-    metrics: dict[str, Any] = {"data": {"source": inputs["source"], "n": X.shape[0], "d": X.shape[1],
-                                        "s": data.sparsity(X), "nnz": int(X.nnz),
+    n, d = X.shape
+    metrics: dict[str, Any] = {"data": {"source": inputs["source"], "n": n, "d": d, "s": data.sparsity(X),
+                                        "nnz": int(X.nnz), "mean_nnz": X.nnz / n, "density": X.nnz / (n * d),
+                                        "max_value": float(X.data.max()),
                                         "memory_mb": (X.data.nbytes + X.indices.nbytes + X.indptr.nbytes) / 2**20}}
     metrics["lp"] = lp_experiment(ctx, cfg, X)
     metrics["linf"] = linf_experiment(ctx, cfg, Xinf)

@@ -32,7 +32,7 @@ class Metastable(Section):
     configuration, merging."""
 
     betas: list[Beta] = Field([2, 3, 4, 5, 6, 8, 10], min_length=1)
-    seeds: int = Field(3, ge=1)
+    seeds: int = Field(4, ge=1)
     n: int = Field(2000, ge=2)
     forms: list[Form] = Field(["usa"], min_length=1)
     horizon: float = Field(1000.0, gt=0)
@@ -46,27 +46,44 @@ class Sphere(Section):
 
     d: int = Field(3, ge=2)
     betas: list[Beta] = Field([3, 5, 6, 10, 20], min_length=1)
-    seeds: int = Field(4, ge=1)
+    seeds: int = Field(6, ge=1)
     n: int = Field(1000, ge=2)
     forms: list[Form] = Field(["usa"], min_length=1)
     after_linear: float = Field(3.0, ge=0)
     """seed 0 runs this long past the linear phase (drawn at the end: clusters on the sphere)"""
 
 
+class MetastableN(Section):
+    """d = 2 at one β over token counts n: how long the k*-cluster state lasts once the k*
+    pattern has formed (the paper: close to the meta-stable manifold in the limit of many tokens)."""
+
+    beta: Beta = 2.0
+    """k* = 2, the best-separated β of the table (λ_2/λ_3 = 1.44): the first clusters are the k* ones"""
+    ns: list[Annotated[int, Field(ge=2)]] = Field([250, 1000, 4000, 16000], min_length=2)
+    seeds: int = Field(24, ge=2)
+    """independent starts per n"""
+    form: Form = "usa"
+    horizon: float = Field(400.0, gt=0)
+    """time units of 1/λ_{k*}; runs end earlier once a single cluster is left"""
+
+
 class Pde(Section):
-    """The d = 2 mean-field equation from uniform + white noise (the paper's Fig. 4)."""
+    """The d = 2 mean-field equation from uniform + white noise (the paper's Fig. 4), by the
+    authors' scheme: Lax–Friedrichs on their grid, their noise, their horizon."""
 
     beta: Beta = 5.0
-    sigma: float = Field(0.01, gt=0, lt=1)
-    """relative white noise per grid point"""
-    grid: int = Field(1024, ge=32)
-    seeds: int = Field(8, ge=1)
-    """noise realisations"""
+    sigma: float = Field(0.01, gt=0, le=0.025)
+    """absolute white noise per cell, u = 1/2π + σ ξ (the notebook's); at most 0.025 so that no cell
+    starts negative (1/2π is 6.4 standard deviations at σ = 0.025)"""
+    grid: int = Field(9999, ge=32)
+    """cells: the notebook's linspace(0, 2π, 10⁴) without its endpoint"""
+    seeds: int = Field(16, ge=1)
+    """noise realisations; a share of 16 can clear 0.8 with its Wilson interval (16/16 gives [0.81, 1]), 8 cannot"""
     form: Form = "usa"
-    horizon: float = Field(40.0, gt=0)
-    """time units of 1/λ_{k*}; the solver stops earlier once under-resolved"""
-    tail_tol: float = Field(1e-2, gt=0)
-    """under-resolved once a mode in the top half of the kept ones reaches this amplitude"""
+    horizon: float = Field(9.3, gt=0)
+    """time units of 1/λ_{k*}: the notebook's T = 0.5 at β = 5 is λ_3 T = 9.30"""
+    courant: float = Field(0.785, gt=0, le=1)
+    """dt·sup|v|/dθ (Lax–Friedrichs is stable up to 1); 0.785 is the notebook's dt = 0.02 dθ at β = 5"""
 
 
 class Clustering(Section):
@@ -94,6 +111,7 @@ class Config(StudyConfig):
     circle: Circle = Circle()
     metastable: Metastable = Metastable()
     sphere: Sphere = Sphere()
+    metastable_n: MetastableN = MetastableN()
     pde: Pde = Pde()
     clustering: Clustering = Clustering()
 
@@ -103,7 +121,8 @@ PRESETS = {
         "circle": {"betas": [2, 5], "seeds": 2, "n": 500, "forms": ["sa"]},
         "metastable": {"betas": [2, 3], "seeds": 1, "n": 500, "horizon": 200.0, "snapshots": 5},
         "sphere": {"betas": [3], "seeds": 1, "n": 300, "after_linear": 1.0},
-        "pde": {"grid": 256, "seeds": 2},
+        "metastable_n": {"ns": [100, 400, 1600], "seeds": 3, "horizon": 100.0},
+        "pde": {"grid": 999, "seeds": 2},
     },
     "small": {},
     "paper": {
@@ -113,6 +132,7 @@ PRESETS = {
         "metastable": {"betas": [2, 3, 4, 5, 6, 8, 10, 15, 20], "seeds": 10, "n": 20_000, "forms": ["usa", "sa"],
                        "horizon": 10_000.0},
         "sphere": {"betas": [3, 5, 6, 10, 20, 40], "seeds": 10, "n": 20_000, "forms": ["usa", "sa"]},
-        "pde": {"grid": 4096, "seeds": 32},
+        "metastable_n": {"ns": [250, 1000, 4000, 16000, 64000, 256_000], "seeds": 32, "horizon": 2000.0},
+        "pde": {"seeds": 32},
     },
 }

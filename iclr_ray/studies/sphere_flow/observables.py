@@ -109,3 +109,11 @@ def plateau(t: np.ndarray, counts: np.ndarray) -> dict:
     if cp[0] == 1:  # straight to a single cluster, the end state: no meta-stable configuration at all
         out.update({"plateau": 0.0, "censored": False, "longest": 0.0, "longest_censored": False})
     return out
+
+
+def time_below(t: np.ndarray, counts: np.ndarray, k: int) -> tuple[float, bool]:
+    """The first time the configuration is clustered into fewer than ``k`` clusters (0 < count < k:
+    the k-cluster state is gone), and whether that never happened (censored at the last time)."""
+    t, counts = np.asarray(t, float), np.asarray(counts, int)
+    below = np.flatnonzero((counts > 0) & (counts < k))
+    return (float(t[below[0]]), False) if below.size else (float(t[-1]), True)

@@ -1,6 +1,6 @@
 """Figures for sphere_flow: predicted k*(β) with the measured modes, mode amplitudes against
 time with the predicted slopes, particle snapshots on the circle and the sphere, cluster counts
-over time, and the PDE's density (Fig. 4)."""
+over time, the PDE's density (Fig. 4), and the k*-cluster state's time against the number of tokens."""
 from __future__ import annotations
 
 from typing import Any
@@ -130,15 +130,39 @@ def cluster_counts(runs: list[dict[str, Any]]):
 
 def pde_density(run: dict[str, Any]):
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    theta = np.linspace(0, 2 * np.pi, run["grid"], endpoint=False)
+    theta = (np.arange(run["bins"]) + 0.5) * 2 * np.pi / run["bins"]
     snaps = run["densities"]
     cmap = plt.get_cmap("viridis")
     for i, s in enumerate(snaps):
         ax.plot(theta, s["rho"], color=cmap(i / max(len(snaps) - 1, 1)), lw=1, label=f"t = {s['t']:.2g}")
-    ax.set(xlabel="θ", ylabel="2π ρ(θ)", title=f"Mean-field PDE, β = {run['beta']:g}, uniform + white noise "
-                                               f"(seed 0; resolved until t = {run['t_resolved']:.3g})")
+    ax.set(yscale="log", xlabel="θ", ylabel="2π ρ(θ) (mean over arcs of 2π/%d)" % run["bins"],
+           title=f"Mean-field PDE, β = {run['beta']:g} ({run['form'].upper()}), uniform + white noise, "
+                 f"Lax–Friedrichs on {run['grid']} cells (seed 0)")
+    ax.set_ylim(bottom=1e-2)
     ax.legend(fontsize=7, ncol=2)
-    ax.grid(True, alpha=0.3)
+    ax.grid(True, which="both", alpha=0.3)
+    return fig
+
+
+def metastable_vs_n(rows: list[dict[str, Any]]):
+    """Each start's k*-state time against n (open: still k* clusters at the horizon), the median per n."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    rows = [r for r in rows if r["meta_time"] is not None and np.isfinite(r["meta_time"])]  # null once read back
+    done = [r for r in rows if not r["censored"]]
+    cens = [r for r in rows if r["censored"]]
+    ax.scatter([r["n"] for r in done], [r["meta_time"] for r in done], s=14, alpha=0.6, label="one start")
+    if cens:
+        ax.scatter([r["n"] for r in cens], [r["meta_time"] for r in cens], s=14, facecolors="none",
+                   edgecolors="tab:blue", label="no merge by the horizon (lower bound)")
+    ns = sorted({r["n"] for r in rows})
+    med = [np.median([r["meta_time"] for r in rows if r["n"] == n]) for n in ns]
+    ax.plot(ns, med, "o-", color="black", label="median")
+    r0 = rows[0]
+    ax.set(xscale="log", xlabel="tokens n",
+           ylabel="t (units of 1/λ_k*)",
+           title=f"β = {r0['beta']:g}: end of the linear phase to fewer than k* = {r0['k_star']} clusters")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
     return fig
 
 
@@ -154,4 +178,6 @@ def plot_all(metrics: dict[str, Any], cfg: Config) -> dict[str, Any]:
         figs["snapshots_sphere"] = snapshots_sphere(f["sphere_snapshots"])
     if f["pde_density"]:
         figs["pde_density"] = pde_density(f["pde_density"])
+    if any(r["meta_time"] is not None and np.isfinite(r["meta_time"]) for r in metrics["metastable_n"]):
+        figs["metastable_vs_n"] = metastable_vs_n(metrics["metastable_n"])
     return figs

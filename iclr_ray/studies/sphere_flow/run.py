@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import ray
 
 from ...config import ConfigError
@@ -16,6 +17,8 @@ from .config import Config
 
 CIRCLE_HORIZON = 50.0
 """cap on the circle/sphere runs, which stop soon after the linear phase (time units of 1/λ_{k*})"""
+PDE_DAMPING = 0.1
+"""largest share of λ_{k*} the PDE scheme's numerical diffusion may take on the chosen grid"""
 GRAM_MEMORY = 2**31
 """bytes the n x n Gram matrix of one d >= 4 observation may take (d = 2 and 3 use harmonics)"""
 
@@ -26,22 +29,32 @@ def prepare(cfg: Config) -> list[dict[str, Any]]:
     if s.d >= 4 and s.n**2 * 8 > GRAM_MEMORY:
         raise ConfigError(f"sphere.n: {s.n} tokens need {s.n**2 * 8 / 2**30:.1f} GiB per observation in d = {s.d} "
                           f"(at most {int(math.sqrt(GRAM_MEMORY / 8))} tokens)")
-    kmax = growth.max_degree(cfg.pde.beta)
-    if cfg.pde.grid // 6 < kmax:  # the band watched for under-resolution must lie above the unstable modes
-        raise ConfigError(f"pde.grid: {cfg.pde.grid} points are too few for beta = {cfg.pde.beta:g}; "
-                          f"its unstable modes reach {kmax}, which needs at least {6 * kmax} points")
+    p = cfg.pde
+    k = growth.k_star(p.beta, 2)
+    ks = np.arange(1, growth.max_degree(p.beta) + 1)
+    lf = pde.discrete_rates(p.beta, p.grid, ks, p.form, p.courant)
+    if lf[k - 1] < 1 - PDE_DAMPING or int(np.argmax(lf)) + 1 != k:
+        # on too coarse a grid the scheme's numerical diffusion, not the PDE, would pick the pattern
+        raise ConfigError(f"pde.grid: on {p.grid} cells the Lax-Friedrichs diffusion slows mode k* = {k} of beta = "
+                          f"{p.beta:g} by {1 - lf[k - 1]:.0%} (at most {PDE_DAMPING:.0%}); use more cells")
     return cells(cfg)
 
 
 def cells(cfg: Config) -> list[dict[str, Any]]:
     """Every simulation, the costliest experiments first (the last tasks to finish are short)."""
     out = []
-    c, m, s, p = cfg.circle, cfg.metastable, cfg.sphere, cfg.pde
+    c, m, s, p, mn = cfg.circle, cfg.metastable, cfg.sphere, cfg.pde, cfg.metastable_n
+    for n in sorted(mn.ns, reverse=True):
+        for seed in range(mn.seeds):
+            out.append({"experiment": "metastable_n", "beta": mn.beta, "d": 2, "form": mn.form, "n": n, "seed": seed,
+                        "horizon": mn.horizon, "snapshots": 0})
     for beta in m.betas:
         for form in m.forms:
             for seed in range(m.seeds):
                 out.append({"experiment": "metastable", "beta": beta, "d": 2, "form": form, "n": m.n, "seed": seed,
                             "horizon": m.horizon, "snapshots": m.snapshots if seed == 0 else 0})
+    for seed in range(p.seeds):
+        out.append({"experiment": "pde", "beta": p.beta, "d": 2, "form": p.form, "n": p.grid, "seed": seed})
     for beta in s.betas:
         for form in s.forms:
             for seed in range(s.seeds):
@@ -54,17 +67,22 @@ def cells(cfg: Config) -> list[dict[str, Any]]:
                 out.append({"experiment": "circle", "beta": beta, "d": 2, "form": form, "n": c.n, "seed": seed,
                             "horizon": CIRCLE_HORIZON, "after_linear": c.after_linear if seed == 0 else 0.0,
                             "snapshots": 0})
-    for seed in range(p.seeds):
-        out.append({"experiment": "pde", "beta": p.beta, "d": 2, "form": p.form, "n": p.grid, "seed": seed})
     return out
 
 
-@ray.remote(num_cpus=1)
+def common_of(cfg: Config) -> dict[str, Any]:
+    """The settings every cell shares."""
+    return {"root": cfg.seed, "threshold": cfg.threshold, "dt_obs": cfg.dt_obs, "integrator": cfg.integrator,
+            "rtol": cfg.rtol, "atol": cfg.atol, "rk4_safety": cfg.rk4_safety,
+            "clustering": cfg.clustering.model_dump(), "pde": cfg.pde.model_dump()}
+
+
 def simulate_cell(cell: dict[str, Any], common: dict[str, Any]) -> dict[str, Any]:
+    """One cell start to finish (a Ray task in :func:`run`)."""
     if cell["experiment"] == "pde":
         p = common["pde"]
         start = pde.white_noise_start(cell["n"], p["sigma"], cell["seed"], common["root"])
-        return pde.solve(cell["beta"], start, cell["n"], p["horizon"], form=cell["form"], tail_tol=p["tail_tol"],
+        return pde.solve(cell["beta"], start, p["horizon"], form=cell["form"], courant=p["courant"],
                          dt_obs=common["dt_obs"], keep_density=10 if cell["seed"] == 0 else 0)
     clustering = simulate.Clustering(**common["clustering"]) if cell["d"] == 2 else None
     return simulate.particles(
@@ -76,13 +94,11 @@ def simulate_cell(cell: dict[str, Any], common: dict[str, Any]) -> dict[str, Any
 
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     todo = ctx.inputs
-    common = {"root": cfg.seed, "threshold": cfg.threshold, "dt_obs": cfg.dt_obs, "integrator": cfg.integrator,
-              "rtol": cfg.rtol, "atol": cfg.atol, "rk4_safety": cfg.rk4_safety,
-              "clustering": cfg.clustering.model_dump(), "pde": cfg.pde.model_dump()}
-    common_ref = ray.put(common)
-    refs = [simulate_cell.remote(cell, common_ref) for cell in todo]  # costliest experiments first
+    common_ref = ray.put(common_of(cfg))
+    task = ray.remote(num_cpus=1)(simulate_cell)
+    refs = [task.remote(cell, common_ref) for cell in todo]  # costliest experiments first
     kinds = ", ".join(f"{sum(c['experiment'] == e for c in todo)} {e}"
-                      for e in ("metastable", "sphere", "circle", "pde"))
+                      for e in ("metastable_n", "metastable", "sphere", "circle", "pde"))
     ctx.say("%d simulations in Ray tasks (%s) ...", len(todo), kinds)
     outs = ctx.wait_all(refs, "simulations")
     for cell, out in zip(todo, outs):
