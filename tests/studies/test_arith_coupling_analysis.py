@@ -1,5 +1,8 @@
 """arith_coupling's analysis on hand-made grids: extrapolation factors, each method judged at its best
-sweep variant, the claims, and the Tune grid a sweep config expands to."""
+sweep variant, the claims over training seeds with their negative controls, and the Tune grid a
+sweep config expands to."""
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -35,7 +38,7 @@ def test_factor_counts_the_solved_prefix_along_each_axis():
     assert factor(holes, TASK, "digits", 0.9) == 1.0
 
 
-def test_each_method_is_judged_at_its_best_variant_and_claims_follow():
+def test_each_method_is_judged_at_its_best_variant():
     trials = [trial("coupled", grid(8, 8), "lr0.001"), trial("coupled", grid(4, 4), "lr0.003"),
               trial("nope", grid(2, 2), "lr0.001"), trial("nope", grid(4, 6), "lr0.003"),
               trial("absolute", grid(6, 4), "lr0.001"), trial("absolute", grid(6, 4), "lr0.003", seed=1)]
@@ -46,16 +49,56 @@ def test_each_method_is_judged_at_its_best_variant_and_claims_follow():
     assert best[("multi_addition", "coupled")]["variant"] == "lr0.001"
     assert best[("multi_addition", "nope")]["variant"] == "lr0.003"  # 1.0 / 1.5 beats 0.5 / 0.5
     by_id = {c.id: c for c in claims(metrics, None)}
-    assert by_id["multi_addition_coupled_length"].measured == 2.0 and by_id["multi_addition_coupled_length"].holds
-    assert by_id["multi_addition_coupled_count"].measured == 2.0
-    collapse = by_id["multi_addition_baselines_collapse"]
-    assert collapse.measured == 1.0 and collapse.holds  # best baseline's smaller factor: nope 1.0 or absolute 1.0
+    assert by_id["multi_addition_coupled_length"].measured == 2.0
+    assert by_id["multi_addition_coupled_length"].holds is None  # one seed: an unbounded interval
+    assert by_id["multi_addition_nope_collapses"].measured == 1.0
     md = report_md(metrics, Config())
     assert "lr0.001 (best)" in md and "coupled, its best sweep variant lr0.001" in md
 
-    strong = metrics | {"trials": trials + [trial("absolute", grid(8, 8), "lr0.01")]}
-    collapse = {c.id: c for c in claims(strong, None)}["multi_addition_baselines_collapse"]
-    assert collapse.measured == 2.0 and not collapse.holds  # a baseline that generalises breaks the claim
+
+def seeds(method: str, grids: list[dict[str, float]]) -> list[dict]:
+    return [trial(method, g, seed=s) for s, g in enumerate(grids)]
+
+
+def by_id(trials):
+    return {c.id: c for c in claims({"trials": trials, "tasks": [TASK], "threshold": 0.9}, None)}
+
+
+def test_coupled_claims_are_judged_over_seeds():
+    c = by_id(seeds("coupled", [grid(8, 8)] * 3))
+    assert c["multi_addition_coupled_length"].holds is True and c["multi_addition_coupled_length"].n == 3
+    assert c["multi_addition_coupled_count"].holds is True
+    # negative control: accuracy falls right after the training range in every seed
+    c = by_id(seeds("coupled", [grid(4, 4)] * 3))
+    assert c["multi_addition_coupled_length"].holds is False and c["multi_addition_coupled_length"].measured == 1.0
+    assert c["multi_addition_coupled_count"].holds is False
+    # seeds that disagree (2x, 2x, 1x): a wide interval, an honest inconclusive
+    c = by_id(seeds("coupled", [grid(8, 8), grid(8, 8), grid(4, 4)]))["multi_addition_coupled_length"]
+    assert c.holds is None and c.ci[0] < 2 < c.ci[1]
+
+
+def test_a_baseline_collapses_only_if_it_fits_its_training_range_first():
+    # fits the range (4 x 4) in every seed and fails right after it: the paper's collapse
+    c = by_id(seeds("nope", [grid(4, 4)] * 3))["multi_addition_nope_collapses"]
+    assert c.holds is True and c.measured == 1.0 and c.n == 3
+    # negative control: a baseline that never learns (what held the old claim at small)
+    c = by_id(seeds("nope", [grid(8, 8, inside=0.3)] * 3))["multi_addition_nope_collapses"]
+    assert c.holds is False and c.measured == 0.0
+    # ... nor one that fits only part of its range
+    assert by_id(seeds("nope", [grid(2, 4)] * 3))["multi_addition_nope_collapses"].holds is False
+    # negative control: a baseline that generalises like the method
+    c = by_id(seeds("absolute", [grid(8, 8)] * 3))["multi_addition_absolute_collapses"]
+    assert c.holds is False and c.measured == 2.0
+    # one seed: no interval, no verdict
+    assert by_id(seeds("nope", [grid(4, 4)]))["multi_addition_nope_collapses"].holds is None
+
+
+def test_claims_are_recomputed_from_result_json_alone():
+    trials = seeds("coupled", [grid(8, 6), grid(6, 8)]) + seeds("single", [grid(4, 4), grid(4, 6)])
+    metrics = {"trials": trials, "tasks": [TASK], "threshold": 0.9}
+    again = json.loads(json.dumps(metrics))
+    assert [c.to_dict() for c in claims(metrics, None)] == [c.to_dict() for c in claims(again, None)]
+    assert [c.n for c in claims(metrics, None)] == [2, 2, 2]
 
 
 def test_a_sweep_expands_the_tune_grid():
@@ -84,5 +127,5 @@ def test_claims_cover_every_task():
     trials += [{**t, "task": "multiplication", "grid": {k: v for k, v in t["grid"].items() if int(k.split("x")[1]) in (2, 4)}
                 | {f"{d}x1": 1.0 for d in TASK["eval_digits"]}} for t in trials]
     ids = [c.id for c in claims({"trials": trials, "tasks": [TASK, mult], "threshold": 0.9}, None)]
-    assert ids == ["multi_addition_coupled_length", "multi_addition_coupled_count", "multi_addition_baselines_collapse",
-                   "multiplication_coupled_a", "multiplication_coupled_b", "multiplication_baselines_collapse"]
+    assert ids == ["multi_addition_coupled_length", "multi_addition_coupled_count", "multi_addition_nope_collapses",
+                   "multiplication_coupled_a", "multiplication_coupled_b", "multiplication_nope_collapses"]

@@ -48,3 +48,21 @@ def test_eval_cells_have_exact_lengths_and_shared_numbers():
     star = first.index("*")
     assert star == 8 and first[star + 4] == "="  # <eos>, 7 digits of A, "*", 3 digits of B
     assert data.longest("multi_addition", coupled, 6, 5)[0] == max(len(r) for r in (~a.pad))
+
+
+def test_absolute_positions_start_at_a_random_offset_in_training():
+    """The official random-start APE: in training each sequence's ids 0, 1, 2, ... move by one
+    offset, so the rows past the training lengths are trained; at evaluation they start at 0."""
+    m = data.method("multi_addition", "absolute")
+    top = 300
+    b = data.train_batch("multi_addition", m, 256, np.random.default_rng(0), (1, 4), (2, 4), top)
+    ids, real = b.positions[..., 0], ~b.pad
+    lengths = real.sum(axis=1)
+    assert all((np.diff(ids[i, :n]) == 1).all() for i, n in enumerate(lengths))  # consecutive within a sequence
+    assert ids[real].max() <= top and ids[real].max() > top - lengths.max()  # up to the table's last row
+    assert (ids[real] >= lengths.max()).mean() > 0.5  # most ids lie past the longest training sequence
+    assert len(set(ids[:, 0].tolist())) > 100  # a fresh start per sample
+    cell = data.eval_cell("multi_addition", m, 6, 6, 4, seed=0)
+    assert cell.positions[0, :, 0].tolist() == list(range(cell.tokens.shape[1]))  # no offset at evaluation
+    with pytest.raises(ValueError, match="do not fit"):
+        tasks.absolute(10, 5, np.random.default_rng(0))

@@ -67,10 +67,16 @@ def test_phased_order_has_the_stacked_mix_in_two_phases():
     assert order == recipe.phased_order(30, 10, 200, seed=0) != recipe.phased_order(30, 10, 200, seed=1)
 
 
-def test_early_profile_averages_the_window():
-    steps = [{"progress": p / 10, "grad_norm": float(p), "loss": 10.0 - p} for p in range(1, 11)]
-    assert recipe.early_profile(steps, 0.2) == (1.5, 8.5)
-    assert recipe.early_profile(steps[5:], 0.2) == (6.0, 4.0)  # at least the first step
+def test_early_profile_averages_the_same_rows_at_every_batch():
+    def curve(batch, steps, norm):
+        return [{"samples": batch * k, "progress": k / steps, "grad_norm": norm(k), "loss": 10.0 - k}
+                for k in range(1, steps + 1)]
+
+    # 32 rows: 4 steps of 8 rows, 1 step of 32, whatever share of their budgets that is
+    assert recipe.early_profile(curve(8, 40, float), 32) == (2.5, 7.5)
+    assert recipe.early_profile(curve(32, 10, float), 32) == (1.0, 9.0)
+    assert recipe.early_profile(curve(64, 5, float), 32) == (1.0, 9.0)  # at least the first step
+    assert all(map(math.isnan, recipe.early_profile([], 32)))
 
 
 def test_spearman_and_samples_to_reach():
@@ -87,6 +93,7 @@ def test_early_rank_score_orders_by_the_papers_predictors():
     assert list(early_rank_score(g, loss, "grad_norm")) == [1.0, 0.0, 0.5]  # high grad norm: worst
     assert list(early_rank_score(g, loss, "loss")) == [1.0, 0.0, 0.5]  # low loss: worst
     assert list(early_rank_score([1.0, 2.0], [1.0, 2.0], "both")) == [0.5, 0.5]
+    assert list(early_rank_score([0.0, 0.0, 0.0], [1.0, 1.0, 1.0], "grad_norm")) == [0.5, 0.5, 0.5]  # ties share
 
 
 class _Trial:
@@ -94,29 +101,41 @@ class _Trial:
         self.trial_id = tid
 
 
+def _feed(s, tid, norms, batch=8):
+    return [s.on_trial_result(None, _Trial(tid), {"samples": batch * k, "grad_norm": g, "loss": 1.0})
+            for k, g in enumerate(norms, start=1)]
+
+
 def test_scheduler_stops_trials_whose_early_grad_norm_ranks_worst():
     from ray.tune.schedulers import TrialScheduler
 
     from iclr_ray.sweep.scheduler import EarlyDynamicsStopper
 
-    s = EarlyDynamicsStopper(window=0.2, keep=0.5, min_trials=2)
-
-    def feed(tid, norms):
-        decisions = []
-        for k, g in enumerate(norms, start=1):
-            decisions.append(s.on_trial_result(None, _Trial(tid), {"progress": k / 10, "grad_norm": g, "loss": 1.0}))
-        return decisions
-
-    assert set(feed("a", [1.0] * 10)) == {TrialScheduler.CONTINUE}  # alone: nothing to compare with
-    assert feed("b", [5.0, 5.0, 0.1])[:2] == [TrialScheduler.CONTINUE, TrialScheduler.STOP]  # decided at 0.2
-    assert set(feed("c", [0.5] * 10)) == {TrialScheduler.CONTINUE}  # best so far
-    assert s.stopped == {"b": 0.2} and s.profiles["b"] == (5.0, 1.0)
+    s = EarlyDynamicsStopper(window_rows=16, keep=0.5, min_trials=2)
+    assert set(_feed(s, "a", [1.0] * 10)) == {TrialScheduler.CONTINUE}  # alone: nothing to compare with
+    assert _feed(s, "b", [5.0, 5.0, 0.1])[:2] == [TrialScheduler.CONTINUE, TrialScheduler.STOP]  # decided at 16 rows
+    assert set(_feed(s, "c", [0.5] * 10)) == {TrialScheduler.CONTINUE}  # best so far
+    assert s.stopped == {"b": 16} and s.profiles["b"] == (5.0, 1.0)
+    # the window counts rows: a batch of 16 is profiled on its first step only, as a batch of 8 on two
+    assert _feed(s, "d", [9.0, 0.1], batch=16)[0] == TrialScheduler.STOP and s.profiles["d"] == (9.0, 1.0)
     # the result that crosses the window decides but is not part of the profile (as early_profile)
-    s2 = EarlyDynamicsStopper(window=0.25, keep=0.5, min_trials=1)
-    for k, g in enumerate([1.0, 3.0, 100.0], start=1):
-        s2.on_trial_result(None, _Trial("d"), {"progress": k / 10, "grad_norm": g, "loss": 1.0})
-    assert s2.profiles["d"] == (2.0, 1.0)
-    assert recipe.early_profile([{"progress": k / 10, "grad_norm": g, "loss": 1.0}
-                                 for k, g in enumerate([1.0, 3.0, 100.0], start=1)], 0.25) == (2.0, 1.0)
+    s2 = EarlyDynamicsStopper(window_rows=20, keep=0.5, min_trials=1)
+    _feed(s2, "e", [1.0, 3.0, 100.0])
+    assert s2.profiles["e"] == (2.0, 1.0)
+    assert recipe.early_profile([{"samples": 8 * k, "grad_norm": g, "loss": 1.0}
+                                 for k, g in enumerate([1.0, 3.0, 100.0], start=1)], 20) == (2.0, 1.0)
     with pytest.raises(ValueError):
-        EarlyDynamicsStopper(window=1.5)
+        EarlyDynamicsStopper(window_rows=0)
+
+
+def test_scheduler_does_not_rank_identical_profiles_by_arrival():
+    """Every grad norm 0 (what ZeRO stage 0 logged before the loop took its own norm): the profiles
+    cannot tell the trials apart, so none is stopped, whichever arrives last."""
+    from ray.tune.schedulers import TrialScheduler
+
+    from iclr_ray.sweep.scheduler import EarlyDynamicsStopper
+
+    s = EarlyDynamicsStopper(window_rows=16, keep=0.5, min_trials=2)
+    for tid in "abcd":
+        assert set(_feed(s, tid, [0.0] * 4)) == {TrialScheduler.CONTINUE}
+    assert s.stopped == {}

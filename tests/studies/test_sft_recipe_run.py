@@ -1,6 +1,7 @@
 """sft_recipe end to end on the session's Ray cluster: the smoke study (pre-training, Tune trials
 of the Ray Train + DeepSpeed loop, scores, claims, plots), a 3-trial sweep under the
-early-termination scheduler, and a sweep killed mid-way and finished with Tuner.restore."""
+early-termination scheduler, and a sweep killed mid-way and finished with Tuner.restore; and the
+input errors that stop a run before Ray starts (the paper preset without real data among them)."""
 import json
 import os
 import signal
@@ -14,18 +15,36 @@ import pytest
 pytest.importorskip("deepspeed")
 
 from iclr_ray import cli  # noqa: E402
+from iclr_ray.studies.sft_recipe.analysis import item_table, scores  # noqa: E402
 
-pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 SPACE = REPO / "tune_spaces" / "sft_smoke.yaml"
 
 
+def test_paper_preset_refuses_to_start_without_real_sft_data(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "iclr_ray", "run", "sft_recipe", "--preset", "paper", "--out",
+                          str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "RAY_ADDRESS": "127.0.0.1:1", "HF_HUB_OFFLINE": "1"})
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert "data.knowledge_jsonl" in lines[0] and "data.skills_jsonl" in lines[0]  # it names the keys to set
+    assert not (tmp_path / "out").exists()
+
+
+def test_input_errors_exit_2_before_ray(input_error):
+    assert "fine-tunes on real SFT data only" in input_error("sft_recipe", ["data.require_real=true"])
+    assert "less than one step of batch 8" in input_error("sft_recipe", ["early.window_rows=6"])
+    assert "is not below sft.sample_budget=32" in input_error("sft_recipe", ["early.window_rows=32"])
+
+
+@pytest.mark.slow
 def test_smoke_study_runs_every_experiment_and_reports_claims(ray_cluster, tmp_path):
     out = tmp_path / "run"
-    # the smoke preset skips phased/warmup; switch them on at smoke size so every claim is computed
+    # the smoke preset skips phased/warmup; switch them on at smoke size so every claim is computed.
+    # ZeRO stage 0, where DeepSpeed keeps no grad norm: the early profile must still see real ones
     assert cli.main(["run", "sft_recipe", "--preset", "smoke", "--out", str(out), "--set", "phased=true",
                      "--set", "pretrain.steps=4", "--set", "warmup.warmup_steps=[0, 2]",
-                     "--set", "early.rerun_with_scheduler=true"]) == 0
+                     "--set", "early.rerun_with_scheduler=true", "--set", "sft.zero_stage=0"]) == 0
     result = json.loads((out / "result.json").read_text())
     m = result["metrics"]
     trials = m["trials"]
@@ -35,11 +54,20 @@ def test_smoke_study_runs_every_experiment_and_reports_claims(ray_cluster, tmp_p
     assert all(t["samples"] == 32 for t in trials)  # equal sample budget whatever the batch
     steps = {t["label"]: len(t["curve"]) for t in trials}
     assert {steps[t["label"]] for t in trials if t["batch"] == 4} == {8}
+    # every logged grad norm is a real one (they all read 0 at stage 0 before the loop took its own),
+    # so the early profiles, and the scheduler's ranking, tell the trials apart
+    assert all(c["grad_norm"] > 0 for t in trials for c in t["curve"])
+    assert len({t["early_grad_norm"] for t in trials}) == len(trials)
+    # each trial kept its per-item outcomes, and they give back its score
+    x, half = item_table(trials)
+    assert x.shape == (24, len(trials)) and list(scores(x, half)) == pytest.approx([t["score"] for t in trials])
     assert any("eval_loss_knowledge" in c for t in trials for c in t["curve"])
     assert Path(m["pretrained_model"], "config.json").is_file()
     ids = {c["id"] for c in result["claims"]}
     assert {"large_batch_wins", "early_grad_norm_predicts", "early_loss_predicts", "warmup_unneeded",
-            "stacked_matches_phased", "stacked_sample_efficient", "early_stop_keeps_best"} <= ids
+            "stacked_matches_phased", "early_stop_keeps_best"} <= ids
+    assert {c["id"] for c in result["checks"]} == {"stacked_sample_efficient", "equal_sample_budget"}
+    assert all(c["n"] >= 2 and c["ci"] is not None for c in result["claims"])  # every claim has its interval
     # the scheduler saw the grid's recorded curves. Of two trials (keep 0.5, decisions asynchronous)
     # only the one with the higher early grad norm can be stopped, and only if it reaches the
     # window second; a trial let through ends with the score the grid trial recorded
@@ -64,6 +92,7 @@ def test_smoke_study_runs_every_experiment_and_reports_claims(ray_cluster, tmp_p
     assert list((out / "tune").rglob("events.out.tfevents.*"))  # TensorBoard files of the trials
 
 
+@pytest.mark.slow
 def test_sweep_with_the_early_termination_scheduler(ray_cluster, tmp_path):
     out = tmp_path / "sweep"
     assert cli.main(["sweep", "sft_recipe", "--preset", "smoke", "--space", str(SPACE), "--out", str(out),
@@ -77,6 +106,7 @@ def test_sweep_with_the_early_termination_scheduler(ray_cluster, tmp_path):
     assert "| sft.lr | score |" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_interrupted_sweep_resumes_with_tuner_restore(ray_cluster, tmp_path):
     out = tmp_path / "sweep"
     env = {**ray_cluster.env, "RAY_ADDRESS": ray_cluster.gcs_address}

@@ -7,7 +7,8 @@ A method fixes the format and the positions a model sees:
   multiplication), random offsets in training;
 * ``single``: the same scratchpad, only level 1 (significance) of the coupling;
 * ``no_scratchpad``: the answer alone after ``=``, with single-level coupling;
-* ``absolute``: the scratchpad with absolute learned positions 0, 1, 2, ...;
+* ``absolute``: the scratchpad with absolute learned positions 0, 1, 2, ..., started at a random
+  offset in training (random-start APE, as the official baseline);
 * ``nope``: the scratchpad with no position information at all.
 """
 from __future__ import annotations
@@ -87,9 +88,10 @@ class Batch:
 
 
 def collate(examples: list[tasks.Example], m: Method, max_position: int | None, rng: np.random.Generator | None) -> Batch:
-    """Pad examples into arrays. Coupled ids get their random training offsets, within
-    ``max_position``, when ``rng`` is given (evaluation: none, and ``max_position`` None leaves the
-    ids unchecked); absolute ids are the token index."""
+    """Pad examples into arrays. ``max_position`` is the largest id of the method's position table.
+    With ``rng`` (training) coupled ids get their random per-level offsets and absolute ids a
+    random start, within ``max_position``; without (evaluation) ids are unshifted (``max_position``
+    None leaves coupled ids unchecked). Absolute ids are the token index (plus the offset)."""
     T = max(len(e.tokens) for e in examples)
     B = len(examples)
     tok = np.full((B, T), tasks.PAD, dtype=np.int64)
@@ -103,12 +105,14 @@ def collate(examples: list[tasks.Example], m: Method, max_position: int | None, 
             ids = e.positions[:, : m.levels]
             pos[i, :n] = ids if max_position is None else tasks.shifted(ids, max_position, rng)
         elif m.position == "absolute":
-            pos[i, :n] = tasks.absolute(n)
+            pos[i, :n] = tasks.absolute(n, max_position, rng)
     return Batch(tok, pos, mask, tok == tasks.PAD)
 
 
 def train_batch(task: str, m: Method, size: int, rng: np.random.Generator, digits: tuple[int, int],
                 count: tuple[int, int], max_position: int) -> Batch:
+    """``size`` training examples; ``max_position``: the largest id of the method's position table
+    (the task's max_position for coupled ids, the longest evaluated sequence for absolute ones)."""
     exs = [example(task, m, (), operands=train_operands(task, rng, digits, count)) for _ in range(size)]
     return collate(exs, m, max_position, rng)
 

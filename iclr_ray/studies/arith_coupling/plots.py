@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from .analysis import AXES, best_variants, factor, mean_grid, summary  # noqa: E402
+from .analysis import AXES, best_variants, mean_grid, summary  # noqa: E402
 from .config import Config  # noqa: E402
 
 
@@ -37,10 +37,9 @@ def heatmaps(metrics: dict[str, Any], task: dict[str, Any]):
         if inside_d and inside_c:
             ax.add_patch(Rectangle((inside_c[0] - 0.5, inside_d[0] - 0.5), len(inside_c), len(inside_d), fill=False,
                                    ec="red", lw=1.5))
-        fd = factor(grid, task, "digits", metrics["threshold"])
-        fc = factor(grid, task, "count", metrics["threshold"])
+        fd, fc = row["digits_factor"], row["count_factor"]  # means of the seeds' factors, as the claims
         ax.set(xticks=range(len(counts)), xticklabels=counts, yticks=range(len(digits)), yticklabels=digits,
-               xlabel=ax_c, title=f"{' '.join(filter(None, (method, row['variant'])))}\nfactors {fd:.1f}x / {fc:.1f}x")
+               xlabel=ax_c, title=f"{' '.join(filter(None, (method, row['variant'])))}\nfactors {fd:.2f}x / {fc:.2f}x")
     axes[0][0].set_ylabel(ax_d)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="exact match")
     fig.suptitle(f"{task['name']}: exact match (red: training range)", y=1.1)
@@ -48,15 +47,21 @@ def heatmaps(metrics: dict[str, Any], task: dict[str, Any]):
 
 
 def loss_curves(metrics: dict[str, Any]):
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    """Training loss and gradient norm (before clipping) of every trial."""
+    fig, (ax, axg) = plt.subplots(1, 2, figsize=(12, 4))
     for t in metrics["trials"]:
         if t.get("curve"):
-            s, loss = np.array(t["curve"]).T
+            cols = np.array(t["curve"], float).T  # step, loss[, grad norm]
             label = " / ".join(x for x in (t["task"], t["method"], t.get("variant", ""), f"seed {t['seed']}") if x)
-            ax.plot(s, loss, label=label, lw=1)
-    ax.set(yscale="log", xlabel="step", ylabel="training loss per target token", title="training")
-    ax.grid(True, which="both", alpha=0.3)
+            ax.plot(cols[0], cols[1], label=label, lw=1)
+            if len(cols) > 2:
+                axg.plot(cols[0], cols[2], lw=1)
+    ax.set(yscale="log", xlabel="step", ylabel="training loss per target token", title="training loss")
+    axg.set(yscale="log", xlabel="step", ylabel="gradient norm", title="gradient norm before clipping")
+    for a in (ax, axg):
+        a.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=6)
+    fig.tight_layout()
     return fig
 
 

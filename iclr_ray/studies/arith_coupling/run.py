@@ -79,9 +79,9 @@ def needed_rows(task: dict[str, Any], method: str) -> int:
 
 
 def table_sizes(task: dict[str, Any], method: str) -> int:
-    """Rows of the model's position table: max_position + 1 for coupled ids (training offsets use
-    them all); for absolute positions the longest sequence of training or evaluation (rows past
-    the training lengths stay as initialised: the baseline's known failure)."""
+    """Rows of the model's position table: max_position + 1 for coupled ids, the longest sequence
+    of training or evaluation for absolute ones; training offsets (random starts for absolute ids)
+    reach every row."""
     m = data.method(task["name"], method)
     return needed_rows(task, method) if m.position == "absolute" else task["max_position"] + 1
 
@@ -158,10 +158,11 @@ class CouplingRecipe(Recipe):
     def step_batches(self, step: int, cfg: TrainConfig) -> list[tuple[dict[str, Any], int]]:
         rng = np.random.default_rng([cfg.seed, step])
         t = self.task
+        top = self.model_cfg["n_positions"] - 1  # training offsets reach the table's last row
         out = []
         for _ in range(cfg.grad_accum * cfg.num_workers):
             b = data.train_batch(t["name"], self.m, cfg.micro_batch_size, rng, tuple(t["train_digits"]),
-                                 tuple(t["train_count"]), t["max_position"])
+                                 tuple(t["train_count"]), top)
             out.append((_torch_batch(b), int((~b.pad).sum())))
         return out
 
@@ -213,7 +214,7 @@ def trial(config: dict[str, Any], trial_dir: Path, *, cfg_dump: dict[str, Any]) 
     steps = read_steps(trial_dir, "train")
     scores = {k: v for k, v in result.metrics.items() if k.startswith("acc_")} | {"loss": steps[-1]["loss"]}
     return {"scores": scores, "model_dir": str(Path(result.checkpoint.path)),
-            "curve": [[s["step"], s["loss"]] for s in steps[:: max(1, len(steps) // 100)]],
+            "curve": [[s["step"], s["loss"], s["grad_norm"]] for s in steps[:: max(1, len(steps) // 100)]],
             "train_seconds": sum(s["seconds"] for s in steps)}
 
 

@@ -16,6 +16,9 @@ repeats.
   Level 1 = significance (shared by operands and sums; separators get 1); level 2 = operand index,
   shared by operand k and the running sum it is added to (sum 0 is the padded 0), as in the
   official code.
+* The absolute-position baseline: ids 0, 1, 2, ... over the whole sequence; in training the run
+  starts at a random offset (the official "random-start APE"), so the table's rows past the
+  training lengths are trained too.
 * N x M multiplication: the partial products A * b_i (B's digits from the units; reversed, padded
   to len(A) + 1), then the shifted running sums (reversed, padded to len(A) + len(B)). Level 1 =
   significance within A (and within each partial product), level 2 = the digit of B a row belongs
@@ -195,9 +198,18 @@ def shifted(positions: np.ndarray, max_position: tuple[int, ...] | int, rng: np.
     return np.where(positions > 0, positions + shift, 0)
 
 
-def absolute(n_tokens: int) -> np.ndarray:
-    """The absolute-position baseline's ids: 0, 1, 2, ... (one level)."""
-    return np.arange(n_tokens, dtype=np.int64)[:, None]
+def absolute(n_tokens: int, max_position: int | None = None, rng: np.random.Generator | None = None) -> np.ndarray:
+    """The absolute-position baseline's ids (one level): 0, 1, 2, ... at evaluation; in training
+    (``rng`` given) the whole run moved by one start offset drawn uniformly so the last id stays
+    <= ``max_position``. That is the official code's "random-start APE" baseline (its ``vanilla``
+    positions, start drawn per sample with ``randomize``): every row of the table up to
+    ``max_position`` is trained, not only the rows of the training lengths."""
+    ids = np.arange(n_tokens, dtype=np.int64)[:, None]
+    if rng is None:
+        return ids
+    if max_position is None or n_tokens - 1 > max_position:
+        raise ValueError(f"{n_tokens} tokens do not fit absolute ids up to max_position {max_position}")
+    return ids + int(rng.integers(0, max_position - (n_tokens - 1) + 1))
 
 
 def random_number(rng: np.random.Generator, digits: int) -> int:

@@ -33,6 +33,9 @@ class Data(Section):
     """real data: chat JSONL of skills conversations (replaces the generated skills half)"""
     eval_mc_jsonl: Optional[FilePath] = None
     """real data: MMLU-style multiple choice (question, choices, answer) for the knowledge score"""
+    require_real: bool = False
+    """refuse to start unless ``knowledge_jsonl`` and ``skills_jsonl`` are given (the ``paper``
+    preset: a multi-billion-parameter model must not fine-tune on the generated toy set)"""
 
 
 class Pretrain(Section):
@@ -84,8 +87,10 @@ class Warmup(Section):
 class Early(Section):
     """Experiment 2 and the early-termination sweep."""
 
-    window: float = Field(0.1, gt=0, lt=1)
-    """the early window, as a fraction of each trial's budget"""
+    window_rows: int = Field(384, ge=1)
+    """the early window in training rows seen (samples), the same for every batch size: a batch
+    of 8 reaches it in 48 steps, a batch of 128 in 3. ``small``: 1/8 of the 3072-row budget, a
+    whole number of steps at every grid batch"""
     predictor: Literal["grad_norm", "loss", "both"] = "grad_norm"
     keep: float = Field(0.5, gt=0, le=1)
     """share of profiled trials the scheduler lets finish"""
@@ -108,7 +113,8 @@ class Config(StudyConfig):
     phased: bool = True
     """experiment 4: phased (knowledge, then skills) vs stacked training on the same rows"""
     tolerance: float = Field(0.05, ge=0)
-    """largest score gap (absolute, scores in [0, 1]) that counts as "makes little difference\""""
+    """the equivalence margin: largest score gap (absolute, scores in [0, 1]) that counts as "makes
+    little difference" / "about as well" (warmup, schedule, stacked vs phased, early termination)"""
     max_concurrent_trials: int = Field(2, ge=1)
 
 
@@ -123,21 +129,22 @@ PRESETS = {
                 "max_new_tokens": 8},
         "grid": {"batches": [4, 8], "lrs": [1e-3]},
         "warmup": {"warmup_steps": [0], "schedules": ["constant"]},
-        "early": {"min_trials": 2, "rerun_with_scheduler": False},
+        "early": {"window_rows": 8, "min_trials": 2, "rerun_with_scheduler": False},
         "phased": False,
     },
     "small": {},
     "paper": {
         # The paper: 3B-7B base models, LAB/TULU-style knowledge + skills data, effective batch
-        # 3840-7680 samples with lr ~2e-5 vs TULU's batch 128 (notes_01-10.md, section 8).
-        "data": {"seq_len": 4096},
+        # 3840-7680 samples with lr ~2e-5 vs TULU's batch 128. It fine-tunes on real data only:
+        # prepare() refuses to start until data.knowledge_jsonl and data.skills_jsonl are given.
+        "data": {"seq_len": 4096, "require_real": True},
         "pretrain": {"steps": 0},
         "sft": {"model": "ibm-granite/granite-3.0-2b-base", "batch": 512, "micro_batch_size": 4, "lr": 2e-5,
                 "warmup_steps": 0, "schedule": "constant", "sample_budget": 512 * 2000, "zero_stage": 2,
                 "num_workers": 8, "eval_points": 20, "max_new_tokens": 256},
         "grid": {"batches": [32, 128, 512, 1024], "lrs": [1e-5, 2e-5, 5e-5]},
         "warmup": {"warmup_steps": [0, 25], "schedules": ["constant", "cosine"]},
-        "early": {"window": 0.05},
+        "early": {"window_rows": 51_200},  # 5% of the budget: 100 steps of 512 rows
         "max_concurrent_trials": 1,
     },
 }

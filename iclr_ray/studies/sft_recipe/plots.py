@@ -34,7 +34,7 @@ def loss_curves(trials) -> plt.Figure:
     return fig
 
 
-def early_vs_score(trials, metrics, window: float) -> plt.Figure:
+def early_vs_score(trials, metrics, window_rows: int) -> plt.Figure:
     pts = [t for t in trials if t["finished"] and {"grid", "warmup"} & set(t["experiments"])]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     e = metrics.get("early", {})
@@ -42,7 +42,7 @@ def early_vs_score(trials, metrics, window: float) -> plt.Figure:
                                (axes[1], "early_loss", e.get("spearman_loss"), "early training loss")):
         sc = ax.scatter([t[key] for t in pts], [t["score"] for t in pts], c=[math.log10(t["lr"]) for t in pts],
                         s=[20 + 2 * t["batch"] ** 0.8 for t in pts], cmap="viridis")
-        title = f"{name} over the first {window:.0%}\nvs final score"
+        title = f"{name} over the first {window_rows} rows\nvs final score"
         if rho is not None and math.isfinite(rho):
             title += f" (Spearman {rho:+.2f})"
         ax.set(xlabel=name, ylabel="final score", title=title)
@@ -128,7 +128,8 @@ def phased_vs_stacked(trials) -> plt.Figure | None:
 
 def plot_all(metrics: dict[str, Any], cfg: Config) -> dict[str, Any]:
     trials = metrics["trials"]
-    figs = {"loss_curves": loss_curves(trials), "early_vs_score": early_vs_score(trials, metrics, cfg.early.window),
+    figs = {"loss_curves": loss_curves(trials),
+            "early_vs_score": early_vs_score(trials, metrics, cfg.early.window_rows),
             "grid_heatmap": grid_heatmap(trials), "warmup_schedule": warmup_schedule(trials),
             "phased_vs_stacked": phased_vs_stacked(trials)}
     return {name: fig for name, fig in figs.items() if fig is not None}

@@ -5,7 +5,7 @@ early-training profile of a run, rank correlations and the scores.
 Notation follows the paper: the *effective batch size* is the number of samples per optimiser
 step (here packed rows), reached by micro-batches x gradient accumulation x workers; runs are
 compared at an equal sample budget; the *early* profile is the mean gradient norm and loss over
-the first part of training.
+the first training rows (the same number of rows, not steps, for every batch size).
 """
 from __future__ import annotations
 
@@ -50,10 +50,11 @@ def phased_order(n_first: int, n_second: int, budget: int, seed: int) -> list[in
     return order
 
 
-def early_profile(steps: Sequence[dict[str, Any]], window: float) -> tuple[float, float]:
-    """(mean grad norm, mean training loss) over the steps with progress <= ``window`` (at least
-    the first step)."""
-    early = [s for s in steps if s["progress"] <= window + 1e-9] or list(steps[:1])
+def early_profile(steps: Sequence[dict[str, Any]], window_rows: int) -> tuple[float, float]:
+    """(mean grad norm, mean training loss) over the steps whose rows seen (``samples``, counted to
+    the end of the step) are at most ``window_rows`` (at least the first step). Counting rows, not
+    steps or a share of each trial's own budget, gives every batch size the same window of data."""
+    early = [s for s in steps if s["samples"] <= window_rows] or list(steps[:1])
     if not early:
         return math.nan, math.nan
     return float(np.mean([s["grad_norm"] for s in early])), float(np.mean([s["loss"] for s in early]))
@@ -84,12 +85,19 @@ def final_score(knowledge: float, skills: float) -> float:
     return (knowledge + skills) / 2
 
 
+def item_string(hits: Sequence[bool]) -> str:
+    """Per-item outcomes as a compact string ("1" right, "0" wrong), in the held-out set's order:
+    the claims resample held-out items, so every trial keeps which items it got right."""
+    return "".join("1" if h else "0" for h in hits)
+
+
 @dataclass
 class HeldOutScorer:
     """A trial's held-out scores of a model: exact match of generated answers per half
     (knowledge, skills), multiple-choice accuracy when there are MC items, and the final score
-    (knowledge = MC accuracy if measured, else exact match). Picklable: the Train worker runs it
-    on the final checkpoint."""
+    (knowledge = MC accuracy if measured, else exact match); with each score its per-item outcomes
+    (``<score>_items``, :func:`item_string`). Picklable: the Train worker runs it on the final
+    checkpoint."""
 
     eval_em: dict[str, list[tuple[Any, str]]]
     """per half, (prompt, answer) pairs; a prompt is a user turn or the conversation so far"""
@@ -97,14 +105,20 @@ class HeldOutScorer:
     """llm.evaluate.MCItem questions (may be empty)"""
     max_new_tokens: int
 
-    def __call__(self, model, tokenizer) -> dict[str, float]:
-        from ...llm.evaluate import exact_match, mc_accuracy
+    def __call__(self, model, tokenizer) -> dict[str, float | str]:
+        from ...llm.evaluate import batched_choice_logprobs, exact_match
 
-        out: dict[str, float] = {}
+        out: dict[str, float | str] = {}
         for half, pairs in self.eval_em.items():
-            out[f"{half}_em"] = exact_match(model, tokenizer, pairs, self.max_new_tokens)["exact_match"]
+            em = exact_match(model, tokenizer, pairs, self.max_new_tokens)
+            # per item, by exact_match's own rule (it returns the answers, not the hits)
+            hits = [a == ref.strip() for a, (_, ref) in zip(em["answers"], pairs)]
+            out[f"{half}_em"], out[f"{half}_em_items"] = em["exact_match"], item_string(hits)
         if self.eval_mc:
-            out["knowledge_mc"] = mc_accuracy(model, tokenizer, self.eval_mc)["mc_accuracy"]
+            # per item, the choice with the highest summed log-likelihood (mc_accuracy's rule)
+            hits = [max(range(len(lp)), key=lambda i: lp[i][0]) == item.answer
+                    for item, lp in zip(self.eval_mc, batched_choice_logprobs(model, tokenizer, self.eval_mc))]
+            out["knowledge_mc"], out["knowledge_mc_items"] = sum(hits) / len(hits), item_string(hits)
         out["score"] = final_score(out.get("knowledge_mc", out["knowledge_em"]), out["skills_em"])
         return out
 

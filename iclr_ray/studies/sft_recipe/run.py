@@ -31,6 +31,10 @@ from .config import Config, Sft
 
 def prepare(cfg: Config) -> dict[str, Any]:
     """Read and check the real-data files and the model source before Ray starts."""
+    if cfg.data.require_real and cfg.data.knowledge_jsonl is None:
+        raise ConfigError("data.require_real: this preset fine-tunes on real SFT data only; set data.knowledge_jsonl "
+                          "and data.skills_jsonl (chat JSONL, one {\"messages\": [...]} per line; "
+                          "docs/studies/sft_recipe.md) and, for an MMLU-style knowledge score, data.eval_mc_jsonl")
     for batch in {cfg.sft.batch, *cfg.grid.batches}:
         try:
             recipe.batch_split(batch, cfg.sft.micro_batch_size, cfg.sft.num_workers)
@@ -39,6 +43,12 @@ def prepare(cfg: Config) -> dict[str, Any]:
     if batch_too_big := [b for b in {cfg.sft.batch, *cfg.grid.batches} if b > cfg.sft.sample_budget]:
         raise ConfigError(f"batch {max(batch_too_big)} exceeds sft.sample_budget={cfg.sft.sample_budget}: "
                           "not one optimiser step fits the budget")
+    if cfg.early.window_rows >= cfg.sft.sample_budget:
+        raise ConfigError(f"early.window_rows={cfg.early.window_rows} is not below sft.sample_budget="
+                          f"{cfg.sft.sample_budget}: the early window must end before training does")
+    if short := [b for b in {cfg.sft.batch, *cfg.grid.batches} if b > cfg.early.window_rows]:
+        raise ConfigError(f"early.window_rows={cfg.early.window_rows} is less than one step of batch {max(short)}: "
+                          "every batch needs at least one whole step inside the early window")
     model = cfg.sft.model
     if model not in TINY_MODELS:
         path = Path(model).expanduser()
@@ -147,6 +157,8 @@ def build_world(cfg: Config, inputs: dict[str, Any]) -> World:
 # ----------------------------------------------------------------------------- trials
 
 SCORES = ("score", "knowledge_mc", "knowledge_em", "skills_em")
+ITEMS = ("knowledge_mc_items", "knowledge_em_items", "skills_em_items")
+"""per held-out item, right or wrong (recipe.item_string): what the claims' intervals resample"""
 
 
 def trial_specs(cfg: Config) -> list[dict[str, Any]]:
@@ -187,11 +199,11 @@ def _train_config(sft: Sft, model: str, seed: int):
 
 @resumable
 def sft_trial(config: dict[str, Any], trial_dir: Path, *, base: dict[str, Any], model: str, seed: int, world: World,
-              window: float = 0.1) -> dict[str, Any]:
+              window_rows: int) -> dict[str, Any]:
     """One Tune trial: SFT with the spec's recipe through Ray Train (every step of the early window
     and ~40 later ones reported to Tune; all of them in steps.jsonl), then the held-out scores of
-    the final checkpoint. ``config`` is either ``{"spec": spec}`` (the study's experiments) or flat
-    ``sft.<key>`` values (``iclr-ray sweep``)."""
+    the final checkpoint, with the per-item outcomes. ``config`` is either ``{"spec": spec}`` (the
+    study's experiments) or flat ``sft.<key>`` values (``iclr-ray sweep``)."""
     from ...llm.train import fit
     from ...sweep.tuner import thinned_tune_report
 
@@ -203,14 +215,16 @@ def sft_trial(config: dict[str, Any], trial_dir: Path, *, base: dict[str, Any], 
     order = None
     if spec["order"] == "phased":
         order = recipe.phased_order(len(world.knowledge_rows), len(world.skills_rows), sft.sample_budget, seed)
+    # every step up to twice the early window reaches Tune (the scheduler reads it); the rest thinned
+    dense_until = min(1.0, 2 * window_rows / (tcfg.max_steps * tcfg.rows_per_step()))
     result = fit(tcfg, rows, world.tokenizer(), trial_dir, "train", order=order, eval_rows=world.eval_rows,
-                 callbacks=[thinned_tune_report(tcfg.max_steps, dense_until=2 * window)],
+                 callbacks=[thinned_tune_report(tcfg.max_steps, dense_until=dense_until)],
                  final_eval=world.scorer(sft.max_new_tokens))
-    scores = {k: result.metrics[k] for k in SCORES if k in result.metrics}
+    scores = {k: result.metrics[k] for k in SCORES + ITEMS if k in result.metrics}
     return {"scores": {**scores, "progress": 1.0, "samples": tcfg.max_steps * tcfg.rows_per_step()}}
 
 
-def replay_trial(config: dict[str, Any], *, recorded: dict[str, dict[str, Any]], window: float) -> None:
+def replay_trial(config: dict[str, Any], *, recorded: dict[str, dict[str, Any]], window_rows: int) -> None:
     """A trial of the early-termination rerun that replays the grid trial with the same spec:
     its recorded per-step loss and grad norm up to the end of the early window, as the live trial
     reported them to Tune, then (if the scheduler let it go on) its final scores with the full
@@ -222,10 +236,10 @@ def replay_trial(config: dict[str, Any], *, recorded: dict[str, dict[str, Any]],
     for i, point in enumerate(rec["curve"], 1):
         tune.report({"step": i, "loss": point["loss"], "grad_norm": point["grad_norm"],
                      "progress": point["progress"], "samples": point["samples"]})
-        if point["progress"] >= window:
+        if point["samples"] >= window_rows:
             break
     if rec["finished"]:
-        tune.report({k: rec[k] for k in SCORES if rec.get(k) is not None}
+        tune.report({k: rec[k] for k in SCORES + ITEMS if rec.get(k) is not None}
                     | {"progress": 1.0, "samples": rec["samples"]})
 
 
@@ -267,7 +281,7 @@ def early_stopper(cfg: Config):
     from ...sweep.scheduler import EarlyDynamicsStopper
 
     e = cfg.early
-    return EarlyDynamicsStopper(window=e.window, keep=e.keep, predictor=e.predictor, min_trials=e.min_trials)
+    return EarlyDynamicsStopper(window_rows=e.window_rows, keep=e.keep, predictor=e.predictor, min_trials=e.min_trials)
 
 
 def _collect(trials: list[GridTrial]) -> list[dict[str, Any]]:
@@ -283,6 +297,7 @@ def _collect(trials: list[GridTrial]) -> list[dict[str, Any]]:
                     **spec["sft"], "error": t.error,
                     "score": m.get("score"), "knowledge_mc": m.get("knowledge_mc"),
                     "knowledge_em": m.get("knowledge_em"), "skills_em": m.get("skills_em"),
+                    **{k: m.get(k) for k in ITEMS},
                     "finished": m.get("score") is not None,
                     "samples": max((s["samples"] for s in steps), default=m.get("samples", 0)),
                     "curve": [{k: s[k] for k in ("samples", "progress", "loss", "grad_norm", "lr", "eval_loss",
@@ -298,7 +313,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     root = ctx.run_dir.path
     model = base_model(cfg, world, root, ctx)
     common = {"base": cfg.sft.model_dump(mode="json"), "model": model, "seed": cfg.seed, "world": world,
-              "window": cfg.early.window}
+              "window_rows": cfg.early.window_rows}
     specs = trial_specs(cfg)
     ctx.say("sweep: %d SFT trials, %d at a time ...", len(specs), cfg.max_concurrent_trials)
     trials = _collect(run_grid(sft_trial, specs, storage=root / "tune", name="recipe",
@@ -310,7 +325,8 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         ctx.say("early-termination sweep: the %d grid trials again under the scheduler (%s) ...", len(grid),
                 "replayed" if cfg.early.replay else "trained again")
         if cfg.early.replay:
-            rerun, params = replay_trial, {"recorded": {t["label"]: t for t in trials}, "window": cfg.early.window}
+            rerun, params = replay_trial, {"recorded": {t["label"]: t for t in trials},
+                                           "window_rows": cfg.early.window_rows}
         else:
             rerun, params = sft_trial, common
         early = run_grid(rerun, grid, storage=root / "tune", name="early_stop",
@@ -333,7 +349,7 @@ def sweep(cfg: Config, space, ctx: RunContext, scheduler: str, resume: bool) -> 
     root = ctx.run_dir.path
     model = base_model(cfg, world, root, ctx)
     trainable = tune.with_parameters(sft_trial, base=cfg.sft.model_dump(mode="json"), model=model, seed=cfg.seed,
-                                     world=world, window=cfg.early.window)
+                                     world=world, window_rows=cfg.early.window_rows)
     results = run_tuner(trainable, space.tune_param_space(), storage_path=root / "tune", name="sweep",
                         max_concurrent_trials=space.max_concurrent_trials, num_samples=space.num_samples,
                         scheduler=early_stopper(cfg) if scheduler == "early" else None, resume=resume)
