@@ -2,8 +2,12 @@
 
 Every policy maps a batch of observations (B, obs_dim) — an observation may already stack the last
 ``obs_horizon`` frames (``rl.envs.ObsHistory``) — to an action chunk (B, pred_horizon, act_dim) in
-[-1, 1] with ``act_chunk``, and has ``loss(obs, chunk)`` for behaviour cloning on demonstration
-chunks. The executor runs the first ``act_horizon`` actions of a chunk, then plans again.
+[-1, 1] with ``act_chunk(obs, generator)``, and has ``loss(obs, chunk)`` for behaviour cloning on
+demonstration chunks. The executor runs the first ``act_horizon`` actions of a chunk, then plans
+again. A stochastic policy (Diffusion Policy's sampling noise, BeT with ``sample``) draws from
+``generator`` when one is given, so the caller decides which noise two runs share
+(``rl.envs.BaseActionObs`` seeds it from the episode: the base alone and the decorated policy see
+the same draws).
 
 * :class:`MLPPolicy`: behaviour cloning with a regression MLP (the notes' tiny-check base).
 * :class:`BeTPolicy`: Behavior Transformer (Shafiullah et al. 2022): actions are clustered with
@@ -63,8 +67,9 @@ class BasePolicy(nn.Module, metaclass=abc.ABCMeta):
                 "act_horizon": self.act_horizon}
 
     @abc.abstractmethod
-    def act_chunk(self, obs: torch.Tensor) -> torch.Tensor:
-        """(B, obs_dim) -> (B, pred_horizon, act_dim) in [-1, 1]."""
+    def act_chunk(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """(B, obs_dim) -> (B, pred_horizon, act_dim) in [-1, 1]; a stochastic policy draws its noise
+        from ``generator`` (torch's global generator when None)."""
 
     @abc.abstractmethod
     def loss(self, obs: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
@@ -80,7 +85,7 @@ class ZeroPolicy(BasePolicy):
 
     kind = "zero"
 
-    def act_chunk(self, obs: torch.Tensor) -> torch.Tensor:
+    def act_chunk(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         return torch.zeros(obs.shape[0], self.pred_horizon, self.act_dim)
 
     def loss(self, obs: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
@@ -100,7 +105,7 @@ class MLPPolicy(BasePolicy):
     def hparams(self) -> dict[str, Any]:
         return super().hparams() | {"hidden": list(self.hidden)}
 
-    def act_chunk(self, obs: torch.Tensor) -> torch.Tensor:
+    def act_chunk(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         return torch.tanh(self.net(self.normalize(obs))).view(-1, self.pred_horizon, self.act_dim)
 
     def loss(self, obs: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
@@ -171,9 +176,12 @@ class BeTPolicy(BasePolicy):
         chosen = offsets[torch.arange(len(flat)), target]
         return focal_loss(logits, target, self.gamma) + self.offset_weight * F.mse_loss(chosen, flat - self.centres[target])
 
-    def act_chunk(self, obs: torch.Tensor) -> torch.Tensor:
+    def act_chunk(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         logits, offsets = self._heads(obs)
-        b = torch.distributions.Categorical(logits=logits).sample() if self.sample else logits.argmax(-1)
+        if self.sample:
+            b = torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+        else:
+            b = logits.argmax(-1)
         a = self.centres[b] + offsets[torch.arange(len(b)), b]
         return a.clamp(-1, 1).view(-1, self.pred_horizon, self.act_dim)
 

@@ -132,10 +132,17 @@ class ChunkActions(gym.Wrapper):
 class BaseActionObs(gym.Wrapper):
     """Runs a frozen base policy (action chunks: it plans ``pred_horizon`` actions and executes the
     first ``act_horizon`` before planning again) and appends its next action a_base(s) to the
-    observation. The action given to ``step`` is executed as is (the decorated action).
+    observation. The action given to ``step`` is executed as is (the decorated action; the inner
+    env clips it to its box).
 
     ``chunk``: the inner env is a :class:`ChunkActions` of the base's ``act_horizon`` actions; the
-    base plans at every step and its ``act_horizon`` actions, flattened, are a_base(s)."""
+    base plans at every step and its ``act_horizon`` actions, flattened, are a_base(s).
+
+    A stochastic base (Diffusion Policy's sampling noise) draws from a generator seeded with the
+    episode's seed at reset, so its j-th plan of an episode uses the same noise whatever acted
+    before: the base alone and the decorated policy, evaluated on the same seeds, are paired draw
+    for draw (with a zero residual they take the same actions). A reset without a seed continues
+    the previous episode's generator."""
 
     def __init__(self, env: gym.Env, policy, chunk: bool = False):
         super().__init__(env)
@@ -150,11 +157,13 @@ class BaseActionObs(gym.Wrapper):
         self.observation_space = gym.spaces.Box(np.concatenate([box.low, -np.ones(n)]).astype(np.float32),
                                                 np.concatenate([box.high, np.ones(n)]).astype(np.float32))
         self.queue: deque = deque()
+        self.generator = torch.Generator().manual_seed(0)
 
     def _plan(self, obs: np.ndarray) -> np.ndarray:
         if not self.queue:
             with self.torch.no_grad():
-                chunk = self.policy.act_chunk(self.torch.as_tensor(obs, dtype=self.torch.float32)[None])[0]
+                chunk = self.policy.act_chunk(self.torch.as_tensor(obs, dtype=self.torch.float32)[None],
+                                              generator=self.generator)[0]
             chunk = chunk[: self.policy.act_horizon].numpy()
             self.queue.extend([chunk.reshape(-1)] if self.chunk else chunk)
         return np.asarray(self.queue[0], dtype=np.float32)
@@ -164,6 +173,8 @@ class BaseActionObs(gym.Wrapper):
 
     def reset(self, **kw):
         obs, info = self.env.reset(**kw)
+        if kw.get("seed") is not None:
+            self.generator.manual_seed(int(kw["seed"]))
         self.queue.clear()
         return self._with_base(obs), info
 

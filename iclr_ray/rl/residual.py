@@ -5,16 +5,22 @@ The final action is a = a_base(s) + alpha * a_res with a_res = tanh(Gaussian) in
 squashed Gaussian), so alpha bounds how far the residual moves the base action. Progressive
 exploration: while sampling, each action uses the residual with probability min(g / H, 1) at
 global env step g (H = 0: always) and is the base action alone otherwise; before
-``learning_starts`` env steps the residual is uniform in [-1, 1]^n (still masked). The critic
-sees the summed action: Q(s, a) is trained on the executed action, and the actor's and the
-target's actions are a_base(s) + alpha * a_res(s) and a_base(s') + alpha * a_res(s').
+``learning_starts`` env steps the residual is uniform in [-1, 1]^n (still masked). The sum is not
+clipped here, as in the official scripts: the env clips the action it executes to its box
+(``rl.envs.ScaleActions``), and the critic, the actor's Q term and the target all see the unclipped
+sum, so the actor's gradient through Q does not vanish where a_base +- alpha leaves the box. The
+critic sees the summed action: Q(s, a) is trained on the stored (summed) action, and the actor's
+and the target's actions are a_base(s) + alpha * a_res(s) and a_base(s') + alpha * a_res(s').
 
 Where a_base comes from: the env wrapper ``rl.envs.BaseActionObs`` runs the frozen base policy on
 the env runner (with its observation history and action chunks, stochastic or not) and appends
 a_base to the observation, so the observation's last n entries are a_base(s). The replay buffer
 therefore holds (s, a_base(s)), a, (s', a_base(s')), as the paper stores them, and the learner
-never runs the base. The actor sees the observation without a_base unless
-``model_config["residual_sees_base"]`` (the paper's default: obs only).
+never runs the base. The critics (and their targets) see the observation without a_base, as the
+official scripts' critics see only the observation next to the summed action; the actor sees it
+without a_base too unless ``model_config["residual_sees_base"]`` (the paper's default: obs only).
+"Without a_base" is the observation with zeros in a_base's place: a layer's weights on inputs that
+are always zero get no gradient and add nothing, so the network is one on the observation alone.
 
 At initialisation the last layers of the residual actor and of the critics are orthogonal with
 gain 0.01 and zero bias (as the official scripts initialise theirs), so the untrained residual's
@@ -45,8 +51,8 @@ def use_probability(g: float, H: float) -> float:
 
 
 def decorate(a_base: torch.Tensor, a_res: torch.Tensor, alpha: float) -> torch.Tensor:
-    """The final action a_base + alpha * a_res, clipped to the action box [-1, 1]^n."""
-    return (a_base + alpha * a_res).clamp(-1.0, 1.0)
+    """The final action a_base + alpha * a_res (unclipped: the env clips what it executes)."""
+    return a_base + alpha * a_res
 
 
 class ResidualSACModule(DefaultSACTorchRLModule):
@@ -76,10 +82,19 @@ class ResidualSACModule(DefaultSACTorchRLModule):
         """a_base(s): the observation's last n entries (put there by BaseActionObs)."""
         return obs[..., -self.n_act:]
 
+    def without_base(self, obs: torch.Tensor) -> torch.Tensor:
+        """The observation with zeros in a_base's place."""
+        return torch.cat([obs[..., : -self.n_act], torch.zeros_like(obs[..., -self.n_act:])], dim=-1)
+
     def _residual_logits(self, obs: torch.Tensor) -> torch.Tensor:
-        if not self.sees_base:  # the actor's input without a_base (zeros in its place)
-            obs = torch.cat([obs[..., : -self.n_act], torch.zeros_like(obs[..., -self.n_act:])], dim=-1)
+        if not self.sees_base:
+            obs = self.without_base(obs)
         return self.pi(self.pi_encoder({Columns.OBS: obs})[ENCODER_OUT])
+
+    def _qf_forward_train_helper(self, batch: dict[str, Any], encoder, head, squeeze: bool = True):
+        """Every Q forward (critics, twin, targets): the observation without a_base, and the action."""
+        return super()._qf_forward_train_helper({**batch, Columns.OBS: self.without_base(batch[Columns.OBS])},
+                                                encoder, head, squeeze=squeeze)
 
     def _forward_inference(self, batch: dict) -> dict[str, Any]:
         """Evaluation: the deterministic residual tanh(mean), always applied."""
@@ -121,7 +136,7 @@ class ResidualSACModule(DefaultSACTorchRLModule):
         res_next, logp_next = dist_cls.from_logits(logits_next).sample_and_logp()
         out["logp_next_resampled"] = logp_next.detach()
 
-        # Q of the actor's decorated action: gradients reach the residual, not the critics
+        # Q of the actor's decorated (unclipped) action: gradients reach the residual, not the critics
         critics = [*self.qf.parameters(), *self.qf_encoder.parameters()]
         if self.twin_q:
             critics += [*self.qf_twin.parameters(), *self.qf_twin_encoder.parameters()]

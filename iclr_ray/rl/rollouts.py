@@ -33,10 +33,10 @@ def episode(env, act: Act, seed: int, frames: bool = False) -> dict[str, Any]:
         a = np.asarray(act(obs), dtype=np.float32)
         obs, r, term, trunc, info = env.step(a)
         observations.append(obs)
-        if "executed" in info:  # a chunked env (rl.envs.ChunkActions): the actions it executed
-            actions.extend(info["executed"][: info["executed_steps"]])
-        else:
-            actions.append(a)
+        # the executed actions: every env here clips its actions to [-1, 1]^n (a decorated action
+        # a_base + alpha * a_res may leave the box); a chunked env (rl.envs.ChunkActions) reports its own
+        done = info["executed"][: info["executed_steps"]] if "executed" in info else [a]
+        actions.extend(np.clip(done, -1.0, 1.0))
         rewards.append(r)
         success |= bool(info.get("success", False))
         if term or trunc:
@@ -48,14 +48,19 @@ def episode(env, act: Act, seed: int, frames: bool = False) -> dict[str, Any]:
 
 def evaluate(env_config: dict[str, Any], act: Act, seed: int, episodes: int, frames: int = 0) -> dict[str, Any]:
     """Success rate, mean return, episode length and action jerk over episodes seeded seed .. seed +
-    episodes - 1; ``frames``: keep the rendered frames of the first episode, every frames-th one
-    (none where the env has no render mode)."""
+    episodes - 1, and each episode's own (``successes`` 0/1, ``jerks``, ``returns``, in seed order:
+    the units an interval resamples, paired across policies evaluated on the same seeds);
+    ``frames``: keep the rendered frames of the first episode, every frames-th one (none where the
+    env has no render mode)."""
     env = make_env(env_config)
     eps = [episode(env, act, seed + i, frames=bool(frames) and i == 0) for i in range(episodes)]
     env.close()
-    return {"success": float(np.mean([e["success"] for e in eps])), "return": float(np.mean([e["return"] for e in eps])),
-            "length": float(np.mean([e["length"] for e in eps])),
-            "jerk": float(np.mean([action_jerk(e["actions"]) for e in eps])),
+    successes = [int(e["success"]) for e in eps]
+    jerks = [action_jerk(e["actions"]) for e in eps]
+    returns = [e["return"] for e in eps]
+    return {"success": float(np.mean(successes)), "return": float(np.mean(returns)),
+            "length": float(np.mean([e["length"] for e in eps])), "jerk": float(np.mean(jerks)),
+            "successes": successes, "jerks": jerks, "returns": returns,
             "frames": eps[0]["frames"][::frames] if frames else []}
 
 

@@ -25,8 +25,10 @@ class SACSettings(Section):
     """steps sampled before the first update"""
     utd: float = Field(0.25, gt=0)
     """gradient updates per step sampled (the update-to-data ratio)"""
-    initial_entropy_alpha: float = Field(0.2, gt=0)
-    """SAC's entropy coefficient at the start (learned from there towards the target entropy)"""
+    initial_entropy_alpha: float = Field(1.0, gt=0)
+    """SAC's entropy coefficient at the start, learned from there towards the target entropy (the
+    official scripts autotune it from log alpha = 0, i.e. 1.0; their fixed 0.2 applies only with
+    autotuning off)"""
     grad_clip: float = Field(50.0, gt=0)
     """global gradient-norm clip of each network's update"""
     hidden: list[int] = Field([256, 256, 256], min_length=1)

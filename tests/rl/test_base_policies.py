@@ -246,7 +246,7 @@ def test_behaviour_cloning_resumes_from_its_checkpoint_to_the_same_policy(ray_cl
     demos = record_demos({"suite": "slot", "reward": "sparse"}, scripted_expert, 3, seed=0, noise=0.2)
     hp = {"obs_dim": 3, "act_dim": 2, "pred_horizon": 1, "act_horizon": 1, "hidden": [16]}
     cfg = TrainConfig(model="bc-mlp", micro_batch_size=32, max_steps=6, lr=1e-2, grad_clip=0.0, zero_stage=0,
-                      num_workers=1, checkpoint_every=2, seed=1)
+                      num_workers=1, checkpoint_every=2, max_failures=3, seed=1)
     whole = fit_recipe(cfg, BCRecipe("mlp", hp, demos, 1, True, 1), tmp_path, "whole")
     cut = fit_recipe(cfg, BCRecipe("mlp", hp, demos, 1, True, 1), tmp_path, "cut", fail_once_at_step=3)
     assert cut.metrics["resumed_from"] == 2 and whole.metrics["resumed_from"] == 0

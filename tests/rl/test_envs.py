@@ -90,7 +90,7 @@ class Counting(base_policies.BasePolicy):
         super().__init__(3, 2, pred_horizon=4, act_horizon=3)
         self.plans = 0
 
-    def act_chunk(self, obs):
+    def act_chunk(self, obs, generator=None):
         self.plans += 1
         return torch.tensor([[[self.plans / 10, i / 10] for i in range(4)]])
 
@@ -109,6 +109,45 @@ def test_base_action_observation_executes_chunks():
     # 3 of each 4-action chunk are executed, then it plans again
     assert np.allclose(seen, [[0.1, 0], [0.1, 0.1], [0.1, 0.2], [0.2, 0], [0.2, 0.1], [0.2, 0.2], [0.3, 0]])
     assert env.observation_space.shape == (5,)
+
+
+class Noisy(base_policies.BasePolicy):
+    """A stochastic base: its chunks are its generator's uniform draws."""
+
+    kind = "mlp"
+
+    def __init__(self):
+        super().__init__(3, 2, pred_horizon=2, act_horizon=2)
+
+    def act_chunk(self, obs, generator=None):
+        return torch.rand(len(obs), 2, 2, generator=generator) * 2 - 1
+
+    def loss(self, obs, chunk):  # never trained
+        return torch.zeros(())
+
+
+def test_a_stochastic_base_draws_its_noise_from_the_episode_seed():
+    """Whatever acted before (other episodes, other actions, torch's global generator), the j-th
+    plan of the episode seeded s draws the same noise: a base alone and a decorated policy on the
+    same seeds are paired draw for draw."""
+    def plans(env, seed, action):
+        obs, _ = env.reset(seed=seed)
+        seen = [obs[-2:]]
+        for _ in range(5):
+            obs, *_ = env.step(action)
+            seen.append(obs[-2:])
+        return np.array(seen)
+
+    env = BaseActionObs(SlotReach(), Noisy())
+    first = plans(env, 3, np.zeros(2))
+    plans(env, 4, np.ones(2))
+    torch.rand(100)  # the global generator moves; the base's noise does not
+    assert np.array_equal(plans(env, 3, np.full(2, -0.5)), first)
+    fourth = plans(env, 4, np.zeros(2))
+    assert not np.array_equal(fourth, first)
+    assert not np.array_equal(first[0], first[2])  # a new draw for each plan
+    obs, _ = env.reset()  # no seed: the generator goes on (no repeat of the last episode's draws)
+    assert not np.array_equal(obs[-2:], fourth[0])
 
 
 def test_chunked_env_takes_a_whole_chunk_per_step():

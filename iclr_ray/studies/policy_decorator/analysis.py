@@ -1,83 +1,192 @@
 """policy_decorator claims and report: pure functions of the metrics.
 
-Per task, with the frozen base's success rate b on the held-out evaluation seeds:
+The unit of every interval is the evaluation episode. The base and every variant are evaluated on
+the same held-out seeds (eval.seed, eval.seed + 1, ...) at every evaluation point, with the same
+sampling noise for a stochastic base (``rl.envs.BaseActionObs`` seeds it per episode), so episode
+i of the decorated policy and episode i of the base form a pair; distinct seeds are independent
+draws. The metrics keep each episode's success and action jerk. An interval covers the
+evaluation of this training run's policies: each variant is one SAC run (one training seed), so
+the spread between training runs is not in it.
 
-* improves: the decorator's final success minus b, at least IMPROVES;
-* no_early_collapse: the decorator's lowest success over training minus b, at least -COLLAPSE
-  (the bounded, progressive residual never falls clearly below its base);
-* unbounded_collapses: the unbounded ablation's (alpha 1, H 0) lowest success minus b, at most
+Per task, with b_i the base's success on seed i and d_ti the variant's at evaluation t:
+
+* improves: mean over seeds of (mean of d_ti over the last ``eval.last`` evaluations - b_i), a
+  paired t interval over the seeds, at least IMPROVES;
+* no_early_collapse: min over t of Delta_t = mean_i (d_ti - b_i) for the decorator, at least
+  -COLLAPSE. Its interval is [min_t lo_t, min_t hi_t] from per-evaluation t intervals at level
+  1 - 0.05 / T (Bonferroni): all T cover their Delta_t together with probability >= 95%, and
+  then min_t Delta_t lies in that range. The minimum of T noisy points alone is biased low (with
+  no effect at all it falls a standard error or two below 0); the simultaneous interval is not;
+* unbounded_collapses: the same lowest gap for the unbounded ablation (alpha 1, H 0), at most
   -COLLAPSE (the paper's contrast: it first drops below the base);
-* smoother: the decorator's mean action jerk over RL from scratch's, at most 1.
+* smoother: the decorator's mean action jerk over RL from scratch's (each episode's jerk averaged
+  over the last evaluations), a paired bootstrap over the seeds, at most SMOOTHER. Where RL from
+  scratch's actions have no jerk at all the ratio is undefined: inconclusive.
+
+Check (holds by construction, not counted): every evaluated action is within alpha of its base
+action (the residual is alpha * tanh(.)); the env clips what it executes.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from ...claims import Claim
-from ...markdown import table
+import numpy as np
+
+from ...claims import LEVEL, Claim, Estimate, bootstrap, exact, paired_difference
+from ...config import DataError
+from ...markdown import fmt, table
 from .config import Config
 
 IMPROVES = 0.1
+"""the least gain in success the improvement claim asks (the paper's gains are +0.4 to +0.6)"""
 COLLAPSE = 0.1
+"""a drop below the base larger than this is a collapse"""
+SMOOTHER = 1.0
+"""the decorator's jerk over RL from scratch's: at most 1"""
+ROUNDING = 1e-6
+"""float32 rounding of a_base + alpha * a_res, for the residual-bound check"""
 
 
-def curve(metrics: dict[str, Any], task: str, variant: str) -> list[dict[str, Any]] | None:
-    for t in metrics["trials"]:
-        if t["task"] == task and t["variant"] == variant:
-            return t["curve"]
-    return None
+def trial_of(metrics: dict[str, Any], task: str, variant: str) -> dict[str, Any] | None:
+    return next((t for t in metrics["trials"] if t["task"] == task and t["variant"] == variant), None)
 
 
-def summary(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+def per_episode(points: list[dict[str, Any]], key: str = "successes") -> np.ndarray:
+    """(evaluations, episodes): each evaluation's per-episode values, in seed order."""
+    return np.array([p[key] for p in points], dtype=float)
+
+
+def final_gain(points: list[dict[str, Any]], base: dict[str, Any], last: int) -> Estimate:
+    """Paired over seeds: each seed's mean success over the last ``last`` evaluations minus the
+    base's success on it."""
+    d = per_episode(points)[-last:].mean(0)
+    return paired_difference(d, np.asarray(base["successes"], float))
+
+
+def lowest_gap(points: list[dict[str, Any]], base: dict[str, Any]) -> Estimate:
+    """min over evaluations t of Delta_t = mean_i (d_ti - b_i), with the interval [min lo_t, min hi_t]
+    of simultaneous (Bonferroni) t intervals of every Delta_t: all cover together with probability
+    >= LEVEL, and then the minimum of the Delta_t lies in that range."""
+    from scipy import stats
+
+    diffs = per_episode(points) - np.asarray(base["successes"], float)[None]
+    T, n = diffs.shape
+    means = diffs.mean(1)
+    if n < 2:
+        return Estimate(float(means.min()), (-math.inf, math.inf), n)
+    q = float(stats.t.ppf(1 - (1 - LEVEL) / (2 * T), n - 1))
+    half = q * diffs.std(1, ddof=1) / math.sqrt(n)
+    return Estimate(float(means.min()), (float((means - half).min()), float((means + half).min())), n)
+
+
+def _ratio_of_means(a: np.ndarray, b: np.ndarray) -> float:
+    mb = float(np.mean(b))
+    return float(np.mean(a)) / mb if mb > 0 else math.nan
+
+
+def jerk_ratio(dec: list[dict[str, Any]], rl: list[dict[str, Any]], last: int) -> Estimate:
+    """mean jerk of the decorator over RL from scratch's, each episode's jerk averaged over the last
+    evaluations; the seeds resampled together (bootstrap). NaN, unbounded, when RL from scratch
+    never jerks."""
+    a = per_episode(dec, "jerks")[-last:].mean(0)
+    b = per_episode(rl, "jerks")[-last:].mean(0)
+    return bootstrap((a, b), _ratio_of_means)
+
+
+def summary(metrics: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
+    """One row per (task, variant), the base first: final (mean of the last evaluations), lowest and
+    best evaluated success, final jerk."""
     rows = []
+    last = cfg.eval.last
     for name, task in metrics["tasks"].items():
         b = task["base"]
         rows.append({"task": name, "variant": "base", "final": b["success"], "min": b["success"], "best": b["success"],
                      "jerk": b["jerk"], "env_steps": 0})
         for t in (t for t in metrics["trials"] if t["task"] == name):
             s = [p["success"] for p in t["curve"]]
-            rows.append({"task": name, "variant": t["variant"], "final": s[-1], "min": min(s), "best": max(s),
-                         "jerk": t["curve"][-1]["jerk"], "env_steps": t["curve"][-1]["env_steps"],
-                         "alpha": t["alpha"], "H": t["H"]})
+            rows.append({"task": name, "variant": t["variant"], "final": float(np.mean(s[-last:])), "min": min(s),
+                         "best": max(s), "jerk": float(np.mean([p["jerk"] for p in t["curve"][-last:]])),
+                         "env_steps": t["curve"][-1]["env_steps"], "alpha": t["alpha"], "H": t["H"],
+                         "residual_max": max(p.get("residual_max", 0.0) for p in t["curve"])})
     return rows
 
 
+def require_episodes(metrics: dict[str, Any]) -> None:
+    """The claims need each evaluation's episodes; metrics written before they were kept lack them."""
+    points = [t["base"] for t in metrics["tasks"].values()] + [p for t in metrics["trials"] for p in t["curve"]]
+    if any("successes" not in p or "jerks" not in p for p in points):
+        raise DataError("these metrics have no per-episode evaluation records (written before the claims got "
+                        "intervals); rerun the study to judge its claims")
+
+
 def claims(metrics: dict[str, Any], cfg: Config) -> list[Claim]:
+    require_episodes(metrics)
     out = []
-    rows = {(r["task"], r["variant"]): r for r in summary(metrics)}
-    for name in metrics["tasks"]:
-        base = rows[(name, "base")]
-        dec, unb, rl = rows.get((name, "decorator")), rows.get((name, "unbounded")), rows.get((name, "rl_scratch"))
+    for name, task in metrics["tasks"].items():
+        base = task["base"]
+        n = len(base["successes"])
+        dec, unb, rl = (trial_of(metrics, name, v) for v in ("decorator", "unbounded", "rl_scratch"))
+        unit = f"{n} paired evaluation episodes of this training run"
         if dec:
-            out.append(Claim.at_least(f"{name}_improves", f"{name}: Policy Decorator improves the frozen base policy",
-                                      dec["final"] - base["final"], IMPROVES,
-                                      note=f"final success {dec['final']:.2f} vs base {base['final']:.2f} "
-                                           f"(alpha {dec['alpha']:g}, H {dec['H']})"))
-            out.append(Claim.at_least(f"{name}_no_early_collapse",
-                                      f"{name}: with bounded alpha and progressive exploration it never falls "
-                                      "clearly below the base during training", dec["min"] - base["final"], -COLLAPSE,
-                                      note=f"lowest evaluated success {dec['min']:.2f} vs base {base['final']:.2f}"))
+            last = min(cfg.eval.last, len(dec["curve"]))
+            gain = final_gain(dec["curve"], base, last)
+            out.append(Claim.at_least(
+                f"{name}_improves", f"{name}: Policy Decorator improves the frozen base policy", gain, IMPROVES,
+                note=f"mean success over the last {last} evaluations {gain.value + base['success']:.2f} vs base "
+                     f"{base['success']:.2f}, alpha {dec['alpha']:g}, H {dec['H']}; {unit}"))
+            low = lowest_gap(dec["curve"], base)
+            out.append(Claim.at_least(
+                f"{name}_no_early_collapse", f"{name}: with bounded alpha and progressive exploration it never falls "
+                "clearly below the base during training", low, -COLLAPSE,
+                note=f"lowest of {len(dec['curve'])} evaluations minus the base, simultaneous interval; {unit}"))
         if unb:
-            out.append(Claim.at_most(f"{name}_unbounded_collapses",
-                                     f"{name}: the unbounded residual (alpha {unb['alpha']:g}, H {unb['H']}) first drops "
-                                     "below the base", unb["min"] - base["final"], -COLLAPSE,
-                                     note=f"lowest evaluated success {unb['min']:.2f} vs base {base['final']:.2f}"))
+            low = lowest_gap(unb["curve"], base)
+            out.append(Claim.at_most(
+                f"{name}_unbounded_collapses", f"{name}: the unbounded residual (alpha {unb['alpha']:g}, H {unb['H']}) "
+                "first drops below the base", low, -COLLAPSE,
+                note=f"lowest of {len(unb['curve'])} evaluations minus the base, simultaneous interval; {unit}"))
         if dec and rl:
-            ratio = dec["jerk"] / rl["jerk"] if rl["jerk"] > 0 else float("nan")
-            out.append(Claim.at_most(f"{name}_smoother", f"{name}: the decorated policy acts more smoothly than RL "
-                                     "from scratch (mean action jerk ratio)", ratio, 1.0,
-                                     note=f"jerk {dec['jerk']:.3f} vs {rl['jerk']:.3f}; RL from scratch final success "
-                                          f"{rl['final']:.2f}"))
+            last = min(cfg.eval.last, len(dec["curve"]), len(rl["curve"]))
+            ratio = jerk_ratio(dec["curve"], rl["curve"], last)
+            rl_final = float(np.mean([p["success"] for p in rl["curve"][-last:]]))
+            out.append(Claim.at_most(
+                f"{name}_smoother", f"{name}: the decorated policy acts more smoothly than RL from scratch (mean action "
+                "jerk ratio)", ratio, SMOOTHER,
+                note=f"jerk {np.mean(per_episode(dec['curve'], 'jerks')[-last:]):.3g} vs "
+                     f"{np.mean(per_episode(rl['curve'], 'jerks')[-last:]):.3g} over the last {last} evaluations; RL "
+                     f"from scratch's success {rl_final:.2f}; bootstrap over {n} episodes"))
+        for t in (t for t in metrics["trials"] if t["task"] == name):
+            worst = max(p["residual_max"] for p in t["curve"])
+            out.append(Claim.at_most(
+                f"{name}_{t['variant']}_residual_bound", f"{name}/{t['variant']}: every evaluated action is within "
+                f"alpha = {t['alpha']:g} of its base action (the largest deviation in any entry, minus alpha)",
+                exact(worst - t["alpha"]),
+                ROUNDING, note="float32 rounding allowed", check=True))
     return out
 
 
 def report_md(metrics: dict[str, Any], cfg: Config) -> str:
+    last = cfg.eval.last
     lines = ["## Measurements", "",
-             "Success rate on held-out evaluation seeds; `min` is the lowest over the evaluations during training.", "",
+             f"Success rate on the held-out evaluation seeds (the same seeds, and the same base sampling noise, for "
+             f"the base and every variant); `final` is the mean over the last {last} evaluations, `min` and `best` the "
+             f"lowest and highest evaluation during training; `jerk` is the mean action jerk over the last "
+             f"{last} evaluations.", "",
              table(["task", "variant", "alpha", "H", "env steps", "final success", "min", "best", "action jerk"],
                    [[r["task"], r["variant"], str(r.get("alpha", "-")), str(r.get("H", "-")), str(r["env_steps"]),
-                     f"{r['final']:.2f}", f"{r['min']:.2f}", f"{r['best']:.2f}", f"{r['jerk']:.3f}"]
-                    for r in summary(metrics)]), ""]
+                     f"{r['final']:.2f}", f"{r['min']:.2f}", f"{r['best']:.2f}", fmt(r["jerk"])]
+                    for r in summary(metrics, cfg)]), "",
+             "Each variant's success minus the base's at every evaluation, paired by episode (mean, and the 95% "
+             "t interval over the episodes of that evaluation alone):", ""]
+    rows = []
+    for t in metrics["trials"]:
+        base = np.asarray(metrics["tasks"][t["task"]]["base"]["successes"], float)
+        for p in t["curve"]:
+            e = paired_difference(np.asarray(p["successes"], float), base)
+            rows.append([t["task"], t["variant"], str(p["env_steps"]), f"{e.value:+.2f}",
+                         f"[{fmt(e.ci[0])}, {fmt(e.ci[1])}]" if all(map(math.isfinite, e.ci)) else "unbounded"])
+    lines += [table(["task", "variant", "env steps", "success - base", "95% interval"], rows), ""]
     for name, t in metrics["tasks"].items():
         d = t["demos"]
         expert = d.get("expert_curve")

@@ -108,9 +108,13 @@ class Variant(Section):
 class Eval(Section):
     every: int = Field(3000, ge=1)
     """env steps between evaluations"""
-    episodes: int = Field(50, ge=1)
+    episodes: int = Field(100, ge=2)
+    """episodes per evaluation, on the same seeds for the base and every variant at every point
+    (the claims' unit: their intervals resample these episodes)"""
     seed: int = 1_000_000
     """evaluation episodes use seeds seed, seed + 1, ... (training never resets with these)"""
+    last: int = Field(3, ge=1)
+    """evaluations at the end of training whose mean the final success (improves, smoother) takes"""
 
 
 DEFAULT_VARIANTS = [Variant(name="decorator"), Variant(name="unbounded", alpha=1.0, H=0),
@@ -157,7 +161,7 @@ PRESETS = {
                    "env_steps": 800, "H": 300, "alpha": 0.3}],
         "variants": [{"name": "decorator"}, {"name": "unbounded", "alpha": 1.0, "H": 0}],
         "sac": {"batch": 64, "learning_starts": 200, "hidden": [64, 64], "buffer": 5000, "utd": 0.1},
-        "eval": {"every": 400, "episodes": 10},
+        "eval": {"every": 400, "episodes": 30, "last": 2},
     },
     "small": {},
     "paper": {
@@ -203,6 +207,7 @@ PRESETS = {
         "sac": {"gamma": 0.97, "tau": 0.01, "lr": 1e-4, "batch": 1024, "buffer": 1_000_000, "learning_starts": 32_000,
                 "utd": 0.25, "hidden": [256, 256, 256], "num_env_runners": 16, "envs_per_runner": 1,
                 "rollout_fragment": 4},
-        "eval": {"every": 200_000, "episodes": 50},
+        # the scripts evaluate 50 episodes; the claims' paired intervals rest on the episodes, so 100
+        "eval": {"every": 200_000, "episodes": 100},
     },
 }

@@ -1,6 +1,7 @@
-"""Figures for policy_decorator: success rate over env steps per variant (the base as a line),
-action jerk, a frame strip of the base policy on the first evaluation seed, and the training curve
-of an expert trained for demonstrations (where a task has one)."""
+"""Figures for policy_decorator: success rate over env steps per variant (the base as a line), each
+variant's success minus the base's paired by episode with its 95% interval, action jerk, a frame
+strip of the base policy on the first evaluation seed, and the training curve of an expert trained
+for demonstrations (where a task has one)."""
 from __future__ import annotations
 
 from typing import Any
@@ -32,6 +33,33 @@ def success_curves(metrics: dict[str, Any]):
         ax.axhline(metrics["tasks"][name]["base"]["success"], color="k", ls="--", lw=1, label="frozen base")
         ax.set(xlabel="env steps", ylabel="success rate (held-out seeds)", ylim=(-0.03, 1.03),
                title=f"{name} ({metrics['tasks'][name]['base']['kind']} base)")
+        _steps_axis(ax)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return fig
+
+
+def gap_curves(metrics: dict[str, Any]):
+    """Each variant's success minus the base's at every evaluation, paired by episode, with the
+    95% t interval of that evaluation; the collapse bound as a dotted line."""
+    import numpy as np
+
+    from ...claims import paired_difference
+    from .analysis import COLLAPSE, IMPROVES
+
+    names = list(metrics["tasks"])
+    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 3.8), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        base = np.asarray(metrics["tasks"][name]["base"]["successes"], float)
+        for t in (t for t in metrics["trials"] if t["task"] == name):
+            est = [paired_difference(np.asarray(p["successes"], float), base) for p in t["curve"]]
+            x = [p["env_steps"] for p in t["curve"]]
+            line, = ax.plot(x, [e.value for e in est], marker="o", ms=3, label=t["variant"])
+            ax.fill_between(x, [e.ci[0] for e in est], [e.ci[1] for e in est], color=line.get_color(), alpha=0.15)
+        ax.axhline(0, color="k", lw=1)
+        ax.axhline(-COLLAPSE, color="k", ls=":", lw=1, label=f"-{COLLAPSE:g} (collapse)")
+        ax.axhline(IMPROVES, color="k", ls="--", lw=1, label=f"+{IMPROVES:g} (improves)")
+        ax.set(xlabel="env steps", ylabel="success - base (paired episodes)", ylim=(-1.03, 1.03), title=name)
         _steps_axis(ax)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -79,7 +107,8 @@ def expert_curves(metrics: dict[str, Any]):
 
 
 def plot_all(metrics: dict[str, Any], cfg: Config) -> dict[str, Any]:
-    figs = {"success_curves": success_curves(metrics), "action_jerk": jerk_curves(metrics)}
+    figs = {"success_curves": success_curves(metrics), "success_gap": gap_curves(metrics),
+            "action_jerk": jerk_curves(metrics)}
     expert = expert_curves(metrics)
     if expert is not None:
         figs["expert_training"] = expert

@@ -1,7 +1,8 @@
 """policy_decorator on Ray. Per task: record demonstrations (a Ray task), train the base policy
 through Ray Train and freeze it, evaluate it alone; then one Ray Tune trial per (task, variant)
-runs RLlib SAC with the residual RLModule, evaluates the decorated policy on held-out seeds every
-``eval.every`` env steps, and saves an RLlib checkpoint that reloads for evaluation."""
+runs RLlib SAC with the residual RLModule, evaluates the decorated policy on the same held-out
+seeds every ``eval.every`` env steps, and saves an RLlib checkpoint that reloads for evaluation.
+Every evaluation keeps its episodes' successes and jerks (the claims' paired units)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -121,6 +122,29 @@ def resolve(task: Task, v: Variant) -> dict[str, Any]:
             "base": v.base}
 
 
+EVAL_KEYS = ("success", "return", "jerk", "length", "successes", "jerks")
+"""what an evaluation keeps in the metrics: the means and each episode's success and jerk (the
+claims' units, paired across the base and the variants by their seeds)"""
+
+
+def scalars(point: dict[str, Any]) -> dict[str, Any]:
+    """An evaluation point without its per-episode lists (what Tune shows and stores)."""
+    return {k: v for k, v in point.items() if not isinstance(v, list)}
+
+
+def tracked(act, n: int):
+    """(act, largest): ``act`` that also records the largest |a - a_base(s)| over the actions it
+    gave (a_base(s): the observation's last n entries), and a function that returns it."""
+    worst = [0.0]
+
+    def wrapped(obs):
+        a = act(obs)
+        worst[0] = max(worst[0], float(np.abs(np.asarray(a, np.float64) - np.asarray(obs[-n:], np.float64)).max()))
+        return a
+
+    return wrapped, lambda: worst[0]
+
+
 @resumable
 def trial(config: dict[str, Any], out_dir: Path, *, cfg_dump: dict[str, Any]) -> dict[str, Any]:
     """One Tune trial: decorated SAC for the task's env steps, evaluated every eval.every steps."""
@@ -144,11 +168,11 @@ def trial(config: dict[str, Any], out_dir: Path, *, cfg_dump: dict[str, Any]) ->
     try:
         while True:
             if sampled >= next_eval or sampled >= task.env_steps:
-                ev = evaluate(eval_cfg, module_actor(algo.get_module()), cfg.eval.seed, cfg.eval.episodes)
-                point = {"env_steps": sampled, "success": ev["success"], "return": ev["return"], "jerk": ev["jerk"],
-                         "length": ev["length"]}
+                act, residual_max = tracked(module_actor(algo.get_module()), algo.get_module().n_act)
+                ev = evaluate(eval_cfg, act, cfg.eval.seed, cfg.eval.episodes)
+                point = {"env_steps": sampled, **{k: ev[k] for k in EVAL_KEYS}, "residual_max": residual_max()}
                 curve.append(point)
-                tune.report(point)
+                tune.report(scalars(point))
                 next_eval += cfg.eval.every
             if sampled >= task.env_steps:
                 break
@@ -160,7 +184,7 @@ def trial(config: dict[str, Any], out_dir: Path, *, cfg_dump: dict[str, Any]) ->
         algo.save_to_path(str(ckpt))
     finally:
         algo.stop()
-    return {"scores": curve[-1], "curve": curve, "checkpoint": str(ckpt)}
+    return {"scores": scalars(curve[-1]), "curve": curve, "checkpoint": str(ckpt)}
 
 
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
@@ -213,14 +237,16 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         ev_cfg = {**env_config(td, str(base_dir), cfg.seed), "reward": "sparse"}
         n = act_dim * chunk_length(ev_cfg)  # the env's action: a whole chunk with residual_chunk
         base_eval = evaluate(ev_cfg, lambda o: o[-n:], cfg.eval.seed, cfg.eval.episodes, frames=2)
-        ctx.log(task=t.name, what="base", success=base_eval["success"], jerk=base_eval["jerk"])
+        ctx.log(task=t.name, what="base", success=base_eval["success"], jerk=base_eval["jerk"],
+                successes=base_eval["successes"])
         ctx.say("%s: base %s success %.2f on %d held-out seeds", t.name, kind, base_eval["success"], cfg.eval.episodes)
         frames = base_eval["frames"]
         shown = np.linspace(0, len(frames) - 1, min(FRAMES, len(frames))).round().astype(int) if frames else []
         tasks_out[t.name] = {"demos": {"episodes": len(demos.seeds), "successful": int(demos.success.sum()),
                                        "seeds": demos.seeds.tolist()},
                              "base": {"kind": kind, "dir": str(base_dir), "loss": base_curve,
-                                      **{k: base_eval[k] for k in ("success", "jerk", "return", "length")}},
+                                      **{k: base_eval[k] for k in EVAL_KEYS}},
+                             "eval_seeds": [cfg.eval.seed, cfg.eval.seed + cfg.eval.episodes - 1],
                              "frames": [encode_image(frames[i]) for i in shown],
                              "env_steps": t.env_steps}
         if t.name in info_refs:
