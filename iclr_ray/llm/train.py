@@ -51,6 +51,8 @@ class TrainConfig(Section):
     weight_decay: float = Field(0.0, ge=0)
     schedule: Literal["constant", "linear", "cosine"] = "cosine"
     warmup_steps: int = Field(0, ge=0)
+    min_lr_ratio: float = Field(0.0, ge=0, lt=1)
+    """cosine only: the floor the schedule decays to, as a share of lr (0: decays to 0)"""
     grad_clip: float = Field(1.0, ge=0)
     """0 disables clipping"""
     zero_stage: int = Field(2, ge=0, le=3)
@@ -245,6 +247,50 @@ class ChatRecipe(Recipe):
         return len(self.rows[0].input_ids) if self.rows else 0
 
 
+def optimizer_and_schedule(model, cfg: TrainConfig):
+    """AdamW over the model's parameters and its learning-rate schedule (transformers'
+    schedulers: warm-up, then constant, linear to 0, or cosine to ``min_lr_ratio`` x lr)."""
+    import torch
+    from transformers import get_scheduler
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    name, extra = SCHEDULES[cfg.schedule], {}
+    if cfg.schedule == "cosine" and cfg.min_lr_ratio > 0:
+        name, extra = "cosine_with_min_lr", {"min_lr_rate": cfg.min_lr_ratio}
+    scheduler = get_scheduler(name, optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=cfg.max_steps,
+                              scheduler_specific_kwargs=extra)
+    return optimizer, scheduler
+
+
+def reference_losses(recipe: Recipe, cfg: TrainConfig, steps: int | None = None) -> list[float]:
+    """The loss of every optimiser step of ``recipe`` trained by a plain torch loop in this process:
+    no Ray, no DeepSpeed, one worker; the same model, batches, loss normalisation, AdamW, clipping
+    and schedule as :func:`train_worker`. The parity test holds the Ray Train + DeepSpeed loop to
+    this curve, and a study can use it to try a setting without starting Ray."""
+    import torch
+
+    recipe.setup()
+    model = recipe.build_model(cfg)
+    model.train()
+    optimizer, scheduler = optimizer_and_schedule(model, cfg)
+    out = []
+    for step in range(cfg.max_steps if steps is None else steps):
+        batches = recipe.step_batches(step, cfg)
+        units = sum(recipe.units(b) for b, _ in batches)
+        optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for batch, _ in batches:
+            loss = recipe.loss(model, batch)
+            step_loss(loss, units).backward()
+            total += loss.item()
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        out.append(total / max(units, 1))
+    return out
+
+
 def train_worker(config: dict[str, Any]) -> None:
     """The Ray Train loop of one worker (``TorchTrainer(train_loop_per_worker=train_worker)``)."""
     import deepspeed
@@ -252,7 +298,6 @@ def train_worker(config: dict[str, Any]) -> None:
     import ray.train
     import torch
     import torch.distributed as dist
-    from transformers import get_scheduler
 
     cfg = TrainConfig.model_validate(config["train"])
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -269,9 +314,7 @@ def train_worker(config: dict[str, Any]) -> None:
     mc = getattr(model, "config", None)
     token_flops = flops_per_token(sum(p.numel() for p in model.parameters()), getattr(mc, "num_hidden_layers", 0),
                                   getattr(mc, "hidden_size", 0), recipe.seq_len())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-    scheduler = get_scheduler(SCHEDULES[cfg.schedule], optimizer, num_warmup_steps=cfg.warmup_steps,
-                              num_training_steps=cfg.max_steps)
+    optimizer, scheduler = optimizer_and_schedule(model, cfg)
     _skip_shm_op_build()
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
                                            config=deepspeed_config(cfg, bf16), dist_init_required=False)

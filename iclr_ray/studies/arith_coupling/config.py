@@ -61,6 +61,8 @@ class Training(Section):
     weight_decay: float = Field(0.0, ge=0)
     warmup: float = Field(0.01, ge=0, lt=1)
     """share of the steps spent warming up (the paper: 1%)"""
+    min_lr_ratio: float = Field(0.1, ge=0, lt=1)
+    """the cosine schedule's floor as a share of lr (the official code: 0.1)"""
     num_workers: int = Field(1, ge=1)
 
 

@@ -191,6 +191,7 @@ def train_config(cfg: Config, task: dict[str, Any], seed: int, lr: float | None 
     per_worker = max(1, t.batch // t.num_workers)
     return TrainConfig(model="arith_coupling", micro_batch_size=per_worker, grad_accum=1, max_steps=t.steps,
                        lr=lr or task.get("lr") or t.lr, weight_decay=t.weight_decay, schedule="cosine",
+                       min_lr_ratio=t.min_lr_ratio,
                        warmup_steps=int(t.warmup * t.steps), zero_stage=0, num_workers=t.num_workers, seed=seed,
                        betas=(0.9, 0.95), grad_clip=1.0,
                        # about 100 reports a run, at most every 10 steps: a report waits for Ray Train's

@@ -216,7 +216,11 @@ def random_number(rng: np.random.Generator, digits: int) -> int:
     """A uniform number with exactly ``digits`` digits (a 1-digit number may be 0)."""
     if digits == 1:
         return int(rng.integers(0, 10))
-    return int(rng.integers(1, 10)) * 10 ** (digits - 1) + int(rng.integers(0, 10 ** (digits - 1)))
+    if digits > 18:  # past int64: the remaining digits one at a time (uniform all the same)
+        rest = int("".join(str(int(x)) for x in rng.integers(0, 10, size=digits - 1)))
+    else:
+        rest = int(rng.integers(0, 10 ** (digits - 1)))
+    return int(rng.integers(1, 10)) * 10 ** (digits - 1) + rest
 
 
 def sample_operands(rng: np.random.Generator, count: tuple[int, int], digits: tuple[int, int],
