@@ -98,7 +98,7 @@ def test_claims_are_recomputed_from_result_json_alone():
     metrics = {"trials": trials, "tasks": [TASK], "threshold": 0.9}
     again = json.loads(json.dumps(metrics))
     assert [c.to_dict() for c in claims(metrics, None)] == [c.to_dict() for c in claims(again, None)]
-    assert [c.n for c in claims(metrics, None)] == [2, 2, 2]
+    assert [c.n for c in claims(metrics, None)] == [2, 2, 2, 2]
 
 
 def test_a_sweep_expands_the_tune_grid():
@@ -127,5 +127,58 @@ def test_claims_cover_every_task():
     trials += [{**t, "task": "multiplication", "grid": {k: v for k, v in t["grid"].items() if int(k.split("x")[1]) in (2, 4)}
                 | {f"{d}x1": 1.0 for d in TASK["eval_digits"]}} for t in trials]
     ids = [c.id for c in claims({"trials": trials, "tasks": [TASK, mult], "threshold": 0.9}, None)]
-    assert ids == ["multi_addition_coupled_length", "multi_addition_coupled_count", "multi_addition_nope_collapses",
-                   "multiplication_coupled_a", "multiplication_coupled_b", "multiplication_nope_collapses"]
+    assert ids == ["multi_addition_coupled_fits_range", "multi_addition_coupled_length", "multi_addition_coupled_count",
+                   "multi_addition_nope_collapses", "multiplication_coupled_fits_range", "multiplication_coupled_a",
+                   "multiplication_coupled_b", "multiplication_nope_collapses"]
+
+
+def test_the_coupled_model_must_fit_its_training_corner():
+    c = by_id(seeds("coupled", [grid(8, 8)] * 3))["multi_addition_coupled_fits_range"]
+    assert c.holds is True and c.measured == 1.0
+    # negative control: the 4 x 4 corner at 0.9 in every seed (enough for the 0.9 factors, not a fit)
+    almost = [{**grid(8, 8), "4x4": 0.9}] * 3
+    c = by_id(seeds("coupled", almost))["multi_addition_coupled_fits_range"]
+    assert c.holds is False and c.measured == pytest.approx(0.9)
+
+
+ADD = {"name": "addition", "train_digits": [1, 10], "train_count": [2, 2], "eval_digits": [1, 5, 10, 15, 20, 25, 30],
+       "eval_count": [2], "eval_samples": 10, "max_position": 35}
+
+
+def add_grid(accs: list[float]) -> dict[str, float]:
+    return {f"{d}x2": a for d, a in zip(ADD["eval_digits"], accs)}
+
+
+def add_claims(method_grids: dict[str, list[list[float]]]):
+    trials = [{"task": "addition", "method": m, "variant": "", "seed": s, "grid": add_grid(g)}
+              for m, gs in method_grids.items() for s, g in enumerate(gs)]
+    return {c.id: c for c in claims({"trials": trials, "tasks": [ADD], "threshold": 0.9}, None)}
+
+
+def test_two_operand_addition_claims_have_one_axis():
+    good = [1, 1, 1, 0.99, 0.97, 0.9, 0.5]
+    fits_only = [1, 1, 0.95, 0.2, 0, 0, 0]
+    c = add_claims({"coupled": [good, good, [1, 1, 1, 0.98, 0.95, 0.6, 0.2]], "absolute": [fits_only] * 3,
+                    "nope": [[1, 1, 0.95, 0.9, 0.92, 0.3, 0]] * 3})
+    assert set(c) == {"addition_coupled_fits_range", "addition_coupled_length", "addition_coupled_at_2x",
+                      "addition_absolute_collapses", "addition_nope_collapses"}
+    assert c["addition_coupled_at_2x"].holds is True and c["addition_coupled_at_2x"].measured == pytest.approx(0.963, abs=1e-3)
+    assert c["addition_coupled_length"].measured == pytest.approx((2.5 + 2.5 + 2.0) / 3)
+    assert c["addition_absolute_collapses"].holds is True and c["addition_absolute_collapses"].measured == 1.0
+    # negative control: a baseline that generalises to 2x must not "collapse" (count is fixed at 2,
+    # so its count factor, 1, must not stand in for the smaller factor)
+    assert c["addition_nope_collapses"].holds is False and c["addition_nope_collapses"].measured == 2.0
+    # negative control: the coupled model falls right after its range in every seed
+    c = add_claims({"coupled": [fits_only] * 3})
+    assert c["addition_coupled_at_2x"].holds is False and c["addition_coupled_length"].holds is False
+    assert c["addition_coupled_fits_range"].holds is True
+    md = report_md({"trials": [{"task": "addition", "method": "coupled", "variant": "", "seed": 0,
+                                "grid": add_grid(good)}], "tasks": [ADD], "threshold": 0.9}, Config())
+    assert "at 2x the length" in md and "operand count" not in md
+
+
+def test_methods_that_coincide_on_addition_are_not_trained_twice():
+    cfg = Config.model_validate({"tasks": [ADD, TASK], "seeds": 2})
+    grid_ = specs(cfg)
+    assert sorted({s["method"] for s in grid_ if s["task"]["name"] == "addition"}) == ["absolute", "coupled", "nope"]
+    assert len([s for s in grid_ if s["task"]["name"] == "multi_addition"]) == 5 * 2

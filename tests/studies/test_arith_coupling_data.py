@@ -66,3 +66,24 @@ def test_absolute_positions_start_at_a_random_offset_in_training():
     assert cell.positions[0, :, 0].tolist() == list(range(cell.tokens.shape[1]))  # no offset at evaluation
     with pytest.raises(ValueError, match="do not fit"):
         tasks.absolute(10, 5, np.random.default_rng(0))
+
+
+def test_eval_cells_take_training_style_offsets_only_when_asked():
+    """The check of issue 21: the same numbers, scored with random offsets within the table."""
+    m = data.method("multi_addition", "coupled")
+    plain = data.eval_cell("multi_addition", m, 4, 4, 50, seed=3)
+    moved = data.eval_cell("multi_addition", m, 4, 4, 50, seed=3, offsets_within=18)
+    assert np.array_equal(plain.tokens, moved.tokens)
+    real = ~plain.pad
+    shift = moved.positions - plain.positions
+    assert moved.positions[real].max() <= 18 and (shift[real] >= 0).all()
+    assert len(set(shift[:, 1, 0].tolist())) > 3  # a fresh offset per example
+    again = data.eval_cell("multi_addition", m, 4, 4, 50, seed=3, offsets_within=18)
+    assert np.array_equal(again.positions, moved.positions)  # seeded: every method and rerun sees the same
+
+
+def test_numbers_past_int64_have_exactly_their_digits():
+    rng = np.random.default_rng(0)
+    xs = [tasks.random_number(rng, 25) for _ in range(200)]
+    assert all(len(str(x)) == 25 for x in xs)
+    assert len({str(x)[-1] for x in xs}) == 10 and len({str(x)[0] for x in xs}) == 9  # every digit, no leading 0

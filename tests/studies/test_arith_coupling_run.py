@@ -35,7 +35,7 @@ def test_recipe_batches_are_a_function_of_the_step():
 
 def test_absolute_tables_cover_the_longest_evaluated_sequence_and_training_reaches_them():
     cfg = Config()
-    task = cfg.tasks[0].model_dump(mode="json")
+    task = next(t for t in cfg.tasks if t.name == "multi_addition").model_dump(mode="json")
     assert table_sizes(task, "coupled") == task["max_position"] + 1
     longest = needed_rows(task, "absolute")
     assert table_sizes(task, "absolute") == longest > 300  # 12 operands of 12 digits with their sums
@@ -60,8 +60,8 @@ def test_smoke_trains_every_method_and_eval_only_rescores_the_saved_models(ray_c
         assert len(t["curve"]) > 10 and t["curve"][-1][1] < t["curve"][0][1]  # it learned something
         # ZeRO stage 0 (DeepSpeed keeps no grad norm there): every logged norm must still be a real one
         assert all(g > 0 for _, _, g in t["curve"])
-    assert {c["id"] for c in result["claims"]} == {"multi_addition_coupled_length", "multi_addition_coupled_count",
-                                                   "multi_addition_nope_collapses"}
+    assert {c["id"] for c in result["claims"]} == {"multi_addition_coupled_fits_range", "multi_addition_coupled_length",
+                                                   "multi_addition_coupled_count", "multi_addition_nope_collapses"}
     assert all(c["n"] == 1 and c["ci"] == [None, None] and c["holds"] is None for c in result["claims"])  # one seed
     assert (out / "plots" / "heatmap_multi_addition.png").stat().st_size > 10_000
     assert cli.main(["report", str(out)]) == 0

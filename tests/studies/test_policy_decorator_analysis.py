@@ -151,6 +151,32 @@ def test_smoother_on_its_controls():
     assert flat.holds is None and math.isnan(flat.measured)
 
 
+def test_smoothness_against_the_base_and_the_unbounded_residual_on_their_controls():
+    """The comparisons that do not need RL from scratch to succeed: the decorator against its own
+    base (at most 1.25x its jerk) and against the unbounded residual (at most 1x)."""
+    rng = np.random.default_rng(7)
+    E, T = 100, 4
+    base = (rng.random(E) < 0.5).astype(int)
+    succ = np.tile(base, (T, 1))
+
+    def jerks(mean, shape=(T, E)):
+        return rng.gamma(4.0, mean / 4.0, shape)
+
+    c = judged(metrics(base, dec=(succ, jerks(0.1)), unb=(succ, jerks(0.4)), base_jerks=jerks(0.1, E)))
+    assert c["t_keeps_base_smoothness"].holds is True and c["t_smoother_than_unbounded"].holds is True
+    assert c["t_keeps_base_smoothness"].n == E
+    # negative controls: a residual that doubles the base's jerk; an unbounded residual as smooth as
+    # the decorator (the same jerk distribution: a smoothness claim at most 5% of the time)
+    c = judged(metrics(base, dec=(succ, jerks(0.2)), unb=(succ, jerks(0.1)), base_jerks=jerks(0.1, E)))
+    assert c["t_keeps_base_smoothness"].holds is False and c["t_smoother_than_unbounded"].holds is False
+    same = [judged(metrics(base, dec=(succ, jerks(0.2)), unb=(succ, jerks(0.2))))["t_smoother_than_unbounded"].holds
+            for _ in range(100)]
+    assert np.mean([h is True for h in same]) <= 0.05
+    # a base that never jerks: the ratio to it is undefined, inconclusive
+    flat = judged(metrics(base, dec=(succ, jerks(0.2)), base_jerks=np.zeros(E)))["t_keeps_base_smoothness"]
+    assert flat.holds is None and math.isnan(flat.measured)
+
+
 def test_the_final_gain_averages_the_last_evaluations_per_episode():
     base = np.array([0, 0, 1, 1])
     dec = np.array([[0, 0, 0, 0], [1, 0, 1, 1], [1, 1, 1, 1], [1, 0, 1, 1]])  # last 3: 1, 1/3, 1, 1

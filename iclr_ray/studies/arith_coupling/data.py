@@ -49,6 +49,12 @@ def method(task: str, name: str) -> Method:
     raise ValueError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
 
 
+def distinct(task: str, name: str) -> bool:
+    """False where a method is another one under a different name: two-operand addition has one
+    level of coupling and no scratchpad, so ``single`` and ``no_scratchpad`` are ``coupled`` there."""
+    return not (task == "addition" and name in ("single", "no_scratchpad"))
+
+
 def example(task: str, m: Method, digits: list[int] | tuple[int, int], count: int = 2,
             rng: np.random.Generator | None = None, operands: list[int] | None = None) -> tasks.Example:
     """One example of ``task``: multi-operand addition takes ``count`` operands of the given digit
@@ -117,10 +123,13 @@ def train_batch(task: str, m: Method, size: int, rng: np.random.Generator, digit
     return collate(exs, m, max_position, rng)
 
 
-def eval_cell(task: str, m: Method, digits: int, count: int, size: int, seed: int) -> Batch:
+def eval_cell(task: str, m: Method, digits: int, count: int, size: int, seed: int,
+              offsets_within: int | None = None) -> Batch:
     """One cell of the evaluation grid: ``size`` examples whose operands all have exactly
     ``digits`` digits (multi-operand: ``count`` operands; multiplication: digits = len A and
-    count = len B), the same numbers for every method (the seed fixes them)."""
+    count = len B), the same numbers for every method (the seed fixes them). The ids are those of
+    evaluation (no offset, the official evaluation) unless ``offsets_within`` is given: then each
+    example gets random offsets as in training, within that largest id (seeded, a check)."""
     rng = np.random.default_rng([seed, digits, count])
     if task == "multiplication":
         lengths = [digits, count]
@@ -129,6 +138,8 @@ def eval_cell(task: str, m: Method, digits: int, count: int, size: int, seed: in
     else:
         lengths = [digits] * count
     exs = [example(task, m, lengths, rng=rng) for _ in range(size)]
+    if offsets_within is not None:
+        return collate(exs, m, offsets_within, np.random.default_rng([seed, digits, count, 1]))
     return collate(exs, m, max_position=None, rng=None)
 
 

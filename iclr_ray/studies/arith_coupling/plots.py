@@ -46,6 +46,35 @@ def heatmaps(metrics: dict[str, Any], task: dict[str, Any]):
     return fig
 
 
+def length_curves(metrics: dict[str, Any], task: dict[str, Any]):
+    """Two-operand addition: exact match against operand length, one line per method (its best
+    sweep variant; the mean over seeds, each seed a thin line), the trained lengths shaded."""
+    from .analysis import _cells
+
+    best = [r for (t, _), r in best_variants(summary(metrics)).items() if t == task["name"]]
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    count = task["train_count"][1]
+    for i, row in enumerate(best):
+        color = f"C{i}"
+        runs = [t for t in metrics["trials"] if t["task"] == task["name"] and t["method"] == row["method"]
+                and t.get("variant", "") == row["variant"]]
+        digits = task["eval_digits"]
+        per = np.array([[_cells(t["grid"]).get((d, count), np.nan) for d in digits] for t in runs])
+        for seed_curve in per:
+            ax.plot(digits, seed_curve, color=color, lw=0.7, alpha=0.4)
+        ax.plot(digits, np.nanmean(per, axis=0), color=color, lw=2, marker="o",
+                label=f"{' '.join(filter(None, (row['method'], row['variant'])))} ({len(runs)} seeds)")
+    lo, hi = task["train_digits"]
+    ax.axvspan(lo, hi, color="grey", alpha=0.15, label="trained lengths")
+    ax.axhline(metrics["threshold"], color="grey", ls=":", lw=1)
+    ax.set(xlabel="operand length (digits)", ylabel="exact match", ylim=(-0.02, 1.02),
+           title=f"{task['name']}: length generalisation (thin: seeds; thick: their mean)")
+    ax.legend(fontsize=8)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 def loss_curves(metrics: dict[str, Any]):
     """Training loss and gradient norm (before clipping) of every trial."""
     fig, (ax, axg) = plt.subplots(1, 2, figsize=(12, 4))
@@ -66,8 +95,9 @@ def loss_curves(metrics: dict[str, Any]):
 
 
 def plot_all(metrics: dict[str, Any], cfg: Config) -> dict[str, Any]:
-    figs = {f"heatmap_{t['name']}": heatmaps(metrics, t) for t in metrics["tasks"]
-            if any(r["task"] == t["name"] for r in metrics["trials"])}
+    trained = [t for t in metrics["tasks"] if any(r["task"] == t["name"] for r in metrics["trials"])]
+    figs = {(f"length_{t['name']}" if len(t["eval_count"]) == 1 else f"heatmap_{t['name']}"):
+            (length_curves(metrics, t) if len(t["eval_count"]) == 1 else heatmaps(metrics, t)) for t in trained}
     if any(t.get("curve") for t in metrics["trials"]):
         figs["loss_curves"] = loss_curves(metrics)
     return figs

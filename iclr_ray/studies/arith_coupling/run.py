@@ -105,19 +105,22 @@ def _torch_batch(b: data.Batch) -> dict[str, Any]:
             "labels": labels}
 
 
-def grid_accuracy(model, task: dict[str, Any], method: str, seed: int, batch: int = 100) -> dict[str, float]:
+def grid_accuracy(model, task: dict[str, Any], method: str, seed: int, batch: int = 100,
+                  offsets: bool = False) -> dict[str, float]:
     """Exact-match accuracy (every target token right under teacher forcing, which is greedy
-    decoding's exact match) of each evaluation cell, keyed ``"<digits>x<count>"``."""
+    decoding's exact match) of each evaluation cell, keyed ``"<digits>x<count>"``. ``offsets``:
+    score with training-style random offsets within the model's table instead of none."""
     import torch
 
     from .model import exact_match
 
     m = data.method(task["name"], method)
+    within = model.config.n_positions - 1 if offsets and m.position != "none" else None
     model.eval()
     out = {}
     for d in task["eval_digits"]:
         for c in task["eval_count"]:
-            cell = data.eval_cell(task["name"], m, d, c, task["eval_samples"], seed)
+            cell = data.eval_cell(task["name"], m, d, c, task["eval_samples"], seed, offsets_within=within)
             hits = 0
             for lo in range(0, len(cell.tokens), batch):
                 part = (cell.tokens, cell.positions, cell.loss_mask, cell.pad)
@@ -143,8 +146,10 @@ def load_model(directory: Path):
 class CouplingRecipe(Recipe):
     """A coupled decoder trained from scratch on the task's training distribution."""
 
-    def __init__(self, task: dict[str, Any], method: str, model: dict[str, Any], eval_seed: int):
+    def __init__(self, task: dict[str, Any], method: str, model: dict[str, Any], eval_seed: int,
+                 eval_offsets: bool = False):
         self.task, self.method, self.model_cfg, self.eval_seed = task, method, model, eval_seed
+        self.eval_offsets = eval_offsets
         self.m = data.method(task["name"], method)
 
     def build_model(self, cfg: TrainConfig):
@@ -182,21 +187,24 @@ class CouplingRecipe(Recipe):
 
     def final_metrics(self, path: Path) -> dict[str, float]:
         model, _ = load_model(path)
-        return {f"acc_{k}": v for k, v in grid_accuracy(model, self.task, self.method, self.eval_seed).items()}
+        return {f"acc_{k}": v for k, v in grid_accuracy(model, self.task, self.method, self.eval_seed,
+                                                                  offsets=self.eval_offsets).items()}
 
 
 def train_config(cfg: Config, task: dict[str, Any], seed: int, lr: float | None = None) -> TrainConfig:
-    """``lr``: a swept learning rate; otherwise the task's, or train's."""
+    """``lr``: a swept learning rate; otherwise the task's, or train's (steps and batch: the
+    task's, or train's)."""
     t = cfg.train
-    per_worker = max(1, t.batch // t.num_workers)
-    return TrainConfig(model="arith_coupling", micro_batch_size=per_worker, grad_accum=1, max_steps=t.steps,
+    steps = task.get("steps") or t.steps
+    per_worker = max(1, (task.get("batch") or t.batch) // t.num_workers)
+    return TrainConfig(model="arith_coupling", micro_batch_size=per_worker, grad_accum=1, max_steps=steps,
                        lr=lr or task.get("lr") or t.lr, weight_decay=t.weight_decay, schedule="cosine",
                        min_lr_ratio=t.min_lr_ratio,
-                       warmup_steps=int(t.warmup * t.steps), zero_stage=0, num_workers=t.num_workers, seed=seed,
+                       warmup_steps=int(t.warmup * steps), zero_stage=0, num_workers=t.num_workers, seed=seed,
                        betas=(0.9, 0.95), grad_clip=1.0,
                        # about 100 reports a run, at most every 10 steps: a report waits for Ray Train's
                        # controller, which costs more than a small model's step
-                       log_every=max(1, min(10, t.steps // 100)))
+                       log_every=max(1, min(10, steps // 100)))
 
 
 @resumable
@@ -210,7 +218,7 @@ def trial(config: dict[str, Any], trial_dir: Path, *, cfg_dump: dict[str, Any]) 
     task = spec["task"]
     tcfg = train_config(cfg, task, spec["seed"], spec["lr"])
     recipe = CouplingRecipe(task, spec["method"], model_config(spec["model"], task, spec["method"]),
-                            eval_seed=cfg.seed + 1000)
+                            eval_seed=cfg.seed + 1000, eval_offsets=cfg.eval_offsets)
     result = fit_recipe(tcfg, recipe, trial_dir, "train", callbacks=[thinned_tune_report(tcfg.max_steps)])
     steps = read_steps(trial_dir, "train")
     scores = {k: v for k, v in result.metrics.items() if k.startswith("acc_")} | {"loss": steps[-1]["loss"]}
@@ -220,15 +228,19 @@ def trial(config: dict[str, Any], trial_dir: Path, *, cfg_dump: dict[str, Any]) 
 
 
 def specs(cfg: Config) -> list[dict[str, Any]]:
-    """The Tune grid: task x method x sweep variant x seed."""
+    """The Tune grid: task x method x sweep variant x seed (a method that is another one on a
+    task, ``data.distinct``, is not trained twice)."""
     return [{"task": t.model_dump(mode="json"), "method": m, "seed": cfg.seed + s, "variant": v["name"],
              "model": v["model"], "lr": v["lr"], "label": "/".join(x for x in (t.name, m, v["name"], f"seed{s}") if x)}
-            for t in cfg.tasks for m in cfg.methods for v in variants(cfg) for s in range(cfg.seeds)]
+            for t in cfg.tasks for m in (t.methods or cfg.methods) if data.distinct(t.name, m)
+            for v in variants(cfg) for s in range(cfg.seeds)]
 
 
 def evaluate_saved(ctx: RunContext, cfg: Config, saved: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """eval_only: score every saved model on this config's grid of its task, one Ray task each."""
     import ray
+
+    offsets = cfg.eval_offsets
 
     @ray.remote(num_cpus=1)
     def score(model_dir: str, task: dict[str, Any], method: str, seed: int) -> dict[str, float]:
@@ -236,7 +248,7 @@ def evaluate_saved(ctx: RunContext, cfg: Config, saved: list[dict[str, Any]]) ->
 
         torch.set_num_threads(1)
         model, _ = load_model(Path(model_dir))
-        return grid_accuracy(model, task, method, seed)
+        return grid_accuracy(model, task, method, seed, offsets=offsets)
 
     tasks_now = {t.name: t.model_dump(mode="json") for t in cfg.tasks}
     todo = [r for r in saved if r["task"] in tasks_now]
@@ -270,4 +282,4 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     else:
         trials = train_all(ctx, cfg)
     return {"trials": trials, "tasks": [t.model_dump(mode="json") for t in cfg.tasks], "threshold": cfg.threshold,
-            "eval_only": str(cfg.eval_only) if cfg.eval_only else None}
+            "eval_only": str(cfg.eval_only) if cfg.eval_only else None, "eval_offsets": cfg.eval_offsets}
