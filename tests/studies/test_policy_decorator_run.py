@@ -34,7 +34,8 @@ def test_smoke_runs_every_variant_and_checkpoints_reload(ray_cluster, tmp_path):
         assert all(len(p["successes"]) == len(p["jerks"]) == 30 for p in t["curve"])
         assert all(np.mean(p["successes"]) == p["success"] for p in t["curve"])
     claims = {c["id"]: c for c in result["claims"]}
-    assert set(claims) == {"slot_improves", "slot_no_early_collapse", "slot_unbounded_collapses"}
+    assert set(claims) == {"slot_improves", "slot_no_early_collapse", "slot_unbounded_collapses",
+                           "slot_keeps_base_smoothness", "slot_smoother_than_unbounded"}
     assert all(c["n"] == 30 and c["ci"] is not None and c["holds"] in (True, False, None) for c in claims.values())
     assert {c["id"]: c["holds"] for c in result["checks"]} == {"slot_decorator_residual_bound": True,
                                                               "slot_unbounded_residual_bound": True}
