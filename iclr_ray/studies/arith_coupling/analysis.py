@@ -28,7 +28,7 @@ BASELINE_COLLAPSE = 1.25
 past 1.25x its training range along both axes (its smaller factor <= 1.25)"""
 
 
-def _cells(grid: dict[str, float]) -> dict[tuple[int, int], float]:
+def grid_cells(grid: dict[str, float]) -> dict[tuple[int, int], float]:
     return {tuple(int(x) for x in key.split("x")): acc for key, acc in grid.items()}  # type: ignore[misc]
 
 
@@ -37,7 +37,7 @@ def mean_grid(trials: list[dict], task: str, method: str, variant: str = "") -> 
     rows = [t for t in trials if t["task"] == task and t["method"] == method and t.get("variant", "") == variant]
     cells: dict[tuple[int, int], list[float]] = {}
     for r in rows:
-        for key, acc in _cells(r["grid"]).items():
+        for key, acc in grid_cells(r["grid"]).items():
             cells.setdefault(key, []).append(acc)
     return {k: float(np.mean(v)) for k, v in sorted(cells.items())}
 
@@ -62,7 +62,7 @@ def factor(grid: dict[tuple[int, int], float], task: dict[str, Any], axis: str, 
 
 def seed_values(trial: dict[str, Any], task: dict[str, Any], threshold: float) -> dict[str, float]:
     """One trial's (one seed's) factors, in-range accuracy and accuracy beyond the range (to 2x)."""
-    grid = _cells(trial["grid"])
+    grid = grid_cells(trial["grid"])
     hi_d, hi_c = task["train_digits"][1], task["train_count"][1]
     ind = [a for (d, c), a in grid.items() if d <= hi_d and c <= hi_c]
     ood = [a for (d, c), a in grid.items() if (d > hi_d or c > hi_c) and d <= 2 * hi_d and c <= 2 * hi_c]

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from .analysis import AXES, best_variants, mean_grid, summary  # noqa: E402
+from .analysis import AXES, best_variants, grid_cells, mean_grid, summary  # noqa: E402
 from .config import Config  # noqa: E402
 
 
@@ -49,8 +49,6 @@ def heatmaps(metrics: dict[str, Any], task: dict[str, Any]):
 def length_curves(metrics: dict[str, Any], task: dict[str, Any]):
     """Two-operand addition: exact match against operand length, one line per method (its best
     sweep variant; the mean over seeds, each seed a thin line), the trained lengths shaded."""
-    from .analysis import _cells
-
     best = [r for (t, _), r in best_variants(summary(metrics)).items() if t == task["name"]]
     fig, ax = plt.subplots(figsize=(6.5, 4))
     count = task["train_count"][1]
@@ -59,7 +57,7 @@ def length_curves(metrics: dict[str, Any], task: dict[str, Any]):
         runs = [t for t in metrics["trials"] if t["task"] == task["name"] and t["method"] == row["method"]
                 and t.get("variant", "") == row["variant"]]
         digits = task["eval_digits"]
-        per = np.array([[_cells(t["grid"]).get((d, count), np.nan) for d in digits] for t in runs])
+        per = np.array([[grid_cells(t["grid"]).get((d, count), np.nan) for d in digits] for t in runs])
         for seed_curve in per:
             ax.plot(digits, seed_curve, color=color, lw=0.7, alpha=0.4)
         ax.plot(digits, np.nanmean(per, axis=0), color=color, lw=2, marker="o",
@@ -95,9 +93,14 @@ def loss_curves(metrics: dict[str, Any]):
 
 
 def plot_all(metrics: dict[str, Any], cfg: Config) -> dict[str, Any]:
-    trained = [t for t in metrics["tasks"] if any(r["task"] == t["name"] for r in metrics["trials"])]
-    figs = {(f"length_{t['name']}" if len(t["eval_count"]) == 1 else f"heatmap_{t['name']}"):
-            (length_curves(metrics, t) if len(t["eval_count"]) == 1 else heatmaps(metrics, t)) for t in trained}
+    figs = {}
+    for t in metrics["tasks"]:
+        if not any(r["task"] == t["name"] for r in metrics["trials"]):
+            continue
+        if len(t["eval_count"]) == 1:  # one axis (two-operand addition): a curve, not a map
+            figs[f"length_{t['name']}"] = length_curves(metrics, t)
+        else:
+            figs[f"heatmap_{t['name']}"] = heatmaps(metrics, t)
     if any(t.get("curve") for t in metrics["trials"]):
         figs["loss_curves"] = loss_curves(metrics)
     return figs

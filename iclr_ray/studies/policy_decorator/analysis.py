@@ -100,12 +100,18 @@ def final_jerks(points: list[dict[str, Any]], last: int) -> np.ndarray:
     return per_episode(points, "jerks")[-last:].mean(0)
 
 
-def jerk_ratio(dec: list[dict[str, Any]], other: list[dict[str, Any]] | np.ndarray, last: int) -> Estimate:
-    """mean jerk of the decorator over another policy's (a variant's curve, or the base's per-episode
-    jerks), each episode's jerk averaged over the last evaluations; the seeds resampled together
-    (bootstrap). NaN, unbounded, when the other policy never jerks."""
-    b = np.asarray(other, float) if isinstance(other, np.ndarray) else final_jerks(other, last)
-    return bootstrap((final_jerks(dec, last), b), _ratio_of_means)
+def jerk_ratio(a: np.ndarray, b: np.ndarray) -> Estimate:
+    """mean jerk of one policy over another's, per episode on the same seeds; the seeds resampled
+    together (bootstrap). NaN, unbounded, when the other policy never jerks."""
+    return bootstrap((np.asarray(a, float), np.asarray(b, float)), _ratio_of_means)
+
+
+def _jerk_claim(id: str, statement: str, dec: np.ndarray, other: np.ndarray, bound: float, note: str,
+                vs: str = "") -> Claim:
+    """The decorator's mean jerk over another policy's (per-episode jerks on the same seeds), at
+    most ``bound``."""
+    return Claim.at_most(id, statement, jerk_ratio(dec, other), bound,
+                         note=f"jerk {np.mean(dec):.3g} vs {vs}{np.mean(other):.3g}; {note}")
 
 
 def summary(metrics: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
@@ -162,32 +168,26 @@ def claims(metrics: dict[str, Any], cfg: Config) -> list[Claim]:
                 note=f"lowest of {len(unb['curve'])} evaluations minus the base, simultaneous interval; {unit}"))
         if dec and rl:
             last = min(cfg.eval.last, len(dec["curve"]), len(rl["curve"]))
-            ratio = jerk_ratio(dec["curve"], rl["curve"], last)
             rl_final = float(np.mean([p["success"] for p in rl["curve"][-last:]]))
-            out.append(Claim.at_most(
+            out.append(_jerk_claim(
                 f"{name}_smoother", f"{name}: the decorated policy acts more smoothly than RL from scratch (mean action "
-                "jerk ratio)", ratio, SMOOTHER,
-                note=f"jerk {np.mean(per_episode(dec['curve'], 'jerks')[-last:]):.3g} vs "
-                     f"{np.mean(per_episode(rl['curve'], 'jerks')[-last:]):.3g} over the last {last} evaluations; RL "
-                     f"from scratch's success {rl_final:.2f}; bootstrap over {n} episodes"))
+                "jerk ratio)", final_jerks(dec["curve"], last), final_jerks(rl["curve"], last), SMOOTHER,
+                f"over the last {last} evaluations; RL from scratch's success {rl_final:.2f}; bootstrap over {n} "
+                "episodes"))
         if dec:
             last = min(cfg.eval.last, len(dec["curve"]))
-            base_jerks = np.asarray(base["jerks"], float)
-            ratio = jerk_ratio(dec["curve"], base_jerks, last)
-            out.append(Claim.at_most(
+            out.append(_jerk_claim(
                 f"{name}_keeps_base_smoothness", f"{name}: the decorated policy keeps its base's smooth motion (its mean "
-                f"action jerk over the frozen base's on the same seeds; at most {KEEPS_BASE:g}, ours)", ratio,
-                KEEPS_BASE, note=f"jerk {np.mean(final_jerks(dec['curve'], last)):.3g} vs the base's "
-                                 f"{np.mean(base_jerks):.3g}; bootstrap over {n} paired episodes"))
+                f"action jerk over the frozen base's on the same seeds; at most {KEEPS_BASE:g}, ours)",
+                final_jerks(dec["curve"], last), np.asarray(base["jerks"], float), KEEPS_BASE,
+                f"bootstrap over {n} paired episodes", vs="the base's "))
         if dec and unb:
             last = min(cfg.eval.last, len(dec["curve"]), len(unb["curve"]))
-            ratio = jerk_ratio(dec["curve"], unb["curve"], last)
-            out.append(Claim.at_most(
+            out.append(_jerk_claim(
                 f"{name}_smoother_than_unbounded", f"{name}: the bounded residual acts more smoothly than the unbounded "
-                "one (mean action jerk ratio, decorator over unbounded)", ratio, SMOOTHER,
-                note=f"jerk {np.mean(final_jerks(dec['curve'], last)):.3g} vs "
-                     f"{np.mean(final_jerks(unb['curve'], last)):.3g} over the last {last} evaluations; bootstrap "
-                     f"over {n} paired episodes"))
+                "one (mean action jerk ratio, decorator over unbounded)", final_jerks(dec["curve"], last),
+                final_jerks(unb["curve"], last), SMOOTHER,
+                f"over the last {last} evaluations; bootstrap over {n} paired episodes"))
         for t in (t for t in metrics["trials"] if t["task"] == name):
             worst = max(p["residual_max"] for p in t["curve"])
             out.append(Claim.at_most(
