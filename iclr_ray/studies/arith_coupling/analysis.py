@@ -197,8 +197,10 @@ def report_md(metrics: dict[str, Any], cfg: Config) -> str:
     for task in metrics["tasks"]:
         ax_d, ax_c = AXES[task["name"]]
         lines += [f"### {task['name']}", "",
-                  f"Trained on {ax_d} {task['train_digits'][0]}-{task['train_digits'][1]}, {ax_c} "
-                  f"{task['train_count'][0]}-{task['train_count'][1]}; exact match per cell of {task['eval_samples']} "
+                  f"Trained on {ax_d} {task['train_digits'][0]}-{task['train_digits'][1]}"
+                  + (" (two operands)" if task["name"] == "addition" else
+                     f", {ax_c} {task['train_count'][0]}-{task['train_count'][1]}")
+                  + f"; exact match per cell of {task['eval_samples']} "
                   f"examples; factors at ≥ {metrics['threshold']:g}, measured per seed; the table gives their means "
                   "over seeds (the heat maps below average the seeds' grids).", "",
                   table(["method", "sweep variant", "seeds", f"{ax_d} factor",
