@@ -4,8 +4,9 @@ calling the same decoding in process, all printed as ratios.
 
 Fixed work: ``--requests`` greedy completions of up to ``--max-tokens`` tokens each from a
 randomly initialised named model (which rarely emits an end token; the generated tokens are
-counted and printed as tokens/s), ``--concurrency`` in flight, one replica with one torch thread,
-on an embedded local Ray.
+counted and printed as tokens/s), or from a packaged pretrained model (``--model
+smollm2-135m-instruct``: what ``iclr-ray serve generate`` serves by default), ``--concurrency`` in
+flight, one replica with one torch thread, on an embedded local Ray.
 
 Run: python benchmarks/serve_load.py [--model small-llama --requests 64 --concurrency 8 --max-tokens 16]
 """
@@ -70,13 +71,22 @@ def main() -> None:
     import ray
     from ray import serve
 
+    from iclr_ray.llm import pretrained
+
     torch.set_num_threads(1)
-    tok = model.build_tokenizer([" ".join(WORDS)] * 20, vocab_size=300)
-    net = model.build_model(args.model, tok, seed=0).eval()
-    ckpt = tempfile.mkdtemp(prefix="serve_bench")
-    net.save_pretrained(ckpt)
-    tok.save_pretrained(ckpt)
     prompts = [f"{WORDS[i % 12]} {WORDS[(i * 5) % 12]} {WORDS[(i * 7) % 12]}" for i in range(args.requests)]
+    if args.model in pretrained.PACKAGED:  # a real packaged model, served by its name
+        net, tok = pretrained.load(args.model)
+        net.eval()
+        ckpt = args.model
+        prompts = [f"Write one sentence about a {w} and a {WORDS[(i * 5) % 12]}." for i, w in
+                   enumerate(WORDS[i % 12] for i in range(args.requests))]
+    else:
+        tok = model.build_tokenizer([" ".join(WORDS)] * 20, vocab_size=300)
+        net = model.build_model(args.model, tok, seed=0).eval()
+        ckpt = tempfile.mkdtemp(prefix="serve_bench")
+        net.save_pretrained(ckpt)
+        tok.save_pretrained(ckpt)
     # In process: the same decode, one request at a time
     params = decoding.SamplingParams(max_tokens=args.max_tokens, temperature=0)
     inproc = []

