@@ -64,6 +64,12 @@ REGISTRY: dict[str, Entry] = {e.id: e for e in (
           "Subsidy. ICLR 2025",
           ("tasks: one per chunk of runs of a (policy, instance, alpha, ell, T) cell",
            "rllib: engine=rllib (env runners, all runs of a cell in one vectorised env step)")),
+    Entry("orion", "Request patching: the emergent decomposition of retrieval tasks in pretrained LMs (ORION)",
+          "Variengien, Winsor. Look Before You Leap: A Universal Emergent Decomposition of Retrieval Tasks in "
+          "Language Models. ICLR 2025",
+          ("tasks: one per (model, task) for the clean runs, one per (model, task, layer band) for the patching, "
+           "one per model for oversight",),
+          extra="llm", needs=("torch", "transformers")),
     Entry("policy_decorator",
           "Policy Decorator: a bounded residual SAC policy on a frozen imitation base, with progressive exploration",
           "Yuan, Mu, Tao, Fang, Zhang, Su. Policy Decorator: Model-Agnostic Online Refinement for Large Policy "

@@ -1,0 +1,266 @@
+"""orion on Ray: per model and task, one Ray task runs every prompt clean (the model's answers, the
+filter, x1's last-token residuals at every layer), then one Ray task per band of layers patches
+them into x2 (request patching and its two negative controls); per model, one more task runs the
+oversight experiment at the layer the nanoQA sweep selected. Every task loads its model from the
+local cache (a packaged model is converted once, in ``prepare``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import ray
+
+from ...runtime import RunContext
+from . import analysis, tasks
+from .config import TINY, Config
+
+UNRELATED = "The weather was mild all week, and the farmers of the valley began to plant their fields"
+"""the unrelated prompt of the first negative control (its last-token residual is patched in)"""
+
+
+@dataclass
+class Inputs:
+    layers: dict[str, int]
+    """blocks per model"""
+    labels: dict[str, str]
+
+
+def prepare(cfg: Config) -> Inputs:
+    """Every model installed (a packaged one converted once, here), its layer count read; a fixed
+    oversight layer within every model. Anything wrong exits 2 before Ray starts."""
+    from ...config import ConfigError
+
+    layers, labels = {}, {}
+    for name in cfg.models:
+        if name == TINY:
+            from ...llm.model import TINY_MODELS
+
+            layers[name], labels[name] = TINY_MODELS["mini-llama"]["num_hidden_layers"], "random tiny Llama (smoke)"
+            continue
+        from ...llm import pretrained
+
+        pretrained.check_available(name)
+        conf = pretrained.load_config(name)
+        n = getattr(conf, "num_hidden_layers", None) or getattr(conf, "n_layer", None)
+        if not n:
+            raise ConfigError(f"cannot read the number of layers of model {name!r}")
+        layers[name] = int(n)
+        labels[name] = pretrained.PACKAGED[name].note if name in pretrained.PACKAGED else name
+    if cfg.oversight.layer is not None:
+        short = [m for m, n in layers.items() if cfg.oversight.layer >= n]
+        if short:
+            raise ConfigError(f"oversight.layer {cfg.oversight.layer}: {short[0]} has {layers[short[0]]} layers")
+    return Inputs(layers, labels)
+
+
+# -- inside the Ray tasks ---------------------------------------------------------------------------
+
+def all_task_texts(cfg: dict[str, Any]) -> list[str]:
+    """Every prompt and answer the run uses (the tiny model's tokenizer is fitted to them)."""
+    out = [UNRELATED]
+    for name in cfg["tasks"]:
+        t = build_task(name, cfg)
+        out += [p.text + p.answer for p in t.grid()]
+    t = oversight_task(cfg)
+    out += [p.text + p.answer for p in t.grid()]
+    return out
+
+
+def load_model(name: str, cfg: dict[str, Any]):
+    """(model, tokenizer) in eval mode, one torch thread (Ray gives each task one CPU)."""
+    import torch
+
+    torch.set_num_threads(1)
+    if name == TINY:
+        from ...llm.model import build_model, build_tokenizer
+
+        tok = build_tokenizer(all_task_texts(cfg), vocab_size=600)
+        model = build_model("mini-llama", tok, seed=cfg["seed"])
+    else:
+        from ...llm import pretrained
+
+        model, tok = pretrained.load(name, dtype=getattr(torch, cfg["dtype"]))
+    return model.eval(), tok
+
+
+def build_task(name: str, cfg: dict[str, Any]) -> tasks.Task:
+    n = cfg["contexts"] if name != "induction" else max(2, cfg["contexts"] // 2)
+    return tasks.build(name, n, cfg["seed"])
+
+
+def oversight_task(cfg: dict[str, Any], distractor: bool = True) -> tasks.Task:
+    import random
+
+    o = cfg["oversight"]
+    # one more story than asked: the last is the trusted input (never distracted, never scored)
+    return tasks.nanoqa(o["stories"] + 1, random.Random(f"oversight:{cfg['seed']}"),
+                        o["distractor"] if distractor else None)
+
+
+def _batches(n: int, size: int):
+    return [list(range(i, min(n, i + size))) for i in range(0, n, size)]
+
+
+def _clean_all(model, tok, texts: list[str], batch: int):
+    """(logits [N, V], residuals [N, L, d]) of every text, in batches."""
+    import torch
+
+    from . import patching
+
+    enc = patching.encode(tok, texts)
+    logits, res = [], []
+    for idx in _batches(len(texts), batch):
+        lg, r = patching.clean(model, enc.rows(idx))
+        logits.append(lg)
+        res.append(r)
+    return torch.cat(logits), torch.cat(res)
+
+
+@ray.remote(num_cpus=1)
+def clean_cell(model_name: str, task_name: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Every prompt of the task clean: accuracy, the filtered pairs, x1's residuals at every layer
+    and the clean probabilities the patched ones are normalised by."""
+    from . import patching
+
+    model, tok = load_model(model_name, cfg)
+    task = build_task(task_name, cfg)
+    grid = task.grid()
+    logits, res = _clean_all(model, tok, [p.text for p in grid], cfg["batch"])
+    first = [patching.first_token(tok, p.answer) for p in grid]
+    correct = patching.hits(tok, logits, first)
+    index = {(p.context, p.request): i for i, p in enumerate(grid)}
+    usable = (lambda c, r: correct[index[(c, r)]]) if cfg["filter_correct"] else (lambda c, r: True)
+    pairs = tasks.pairs(task, usable, lambda text: patching.first_token(tok, text), cfg["pairs"], cfg["seed"])
+    x1 = [index[(p.c1, p.r1)] for p in pairs]
+    x2 = [index[(p.c2, p.r2)] for p in pairs]
+    x3 = [index[(p.c2, p.r1)] for p in pairs]
+    p_clean = patching.probs_at(logits[x3], [first[i] for i in x3]) if pairs else []
+    _, unrelated = patching.clean(model, patching.encode(tok, [UNRELATED]))
+    return {"model": model_name, "task": task_name, "prompts": len(grid), "accuracy": float(np.mean(correct)),
+            "pairs": [[p.c1, p.r1, p.c2, p.r2] for p in pairs],
+            "x2_texts": [grid[i].text for i in x2],
+            "targets": {"r2c2": [first[i] for i in x2], "r1c2": [first[i] for i in x3], "r1c1": [first[i] for i in x1],
+                        "x1_top1": logits[x1].argmax(-1).tolist() if pairs else []},
+            "p_clean": p_clean, "residual_x1": res[x1].numpy() if pairs else np.zeros((0,) + tuple(res.shape[1:])),
+            "residual_unrelated": unrelated[0].numpy(), "example": grid[x2[0]].text if pairs else grid[0].text}
+
+
+@ray.remote(num_cpus=1)
+def patch_band(model_name: str, clean: dict[str, Any], layers: list[int], cfg: dict[str, Any]) -> dict[str, Any]:
+    """Request patching of every pair at every layer of the band, and the two controls: the
+    unrelated prompt's residual, and noise of the patched residual's norm."""
+    import torch
+
+    from . import patching
+
+    model, tok = load_model(model_name, cfg)
+    t = clean["targets"]
+    n = len(clean["pairs"])
+    out = {k: [[] for _ in layers] for k in ("r2c2", "r1c2", "r1c1", "p_r1c2", "logit_diff", "unrelated_r1c2",
+                                               "unrelated_r2c2", "noise_r1c2", "noise_r2c2", "x1_top1")}
+    if n == 0:
+        return {"layers": layers, **out}
+    enc = patching.encode(tok, clean["x2_texts"])
+    x1 = torch.from_numpy(clean["residual_x1"])
+    unrelated = torch.from_numpy(clean["residual_unrelated"])
+    gen = torch.Generator().manual_seed(cfg["seed"])
+    for idx in _batches(n, cfg["batch"]):
+        patcher = patching.Patcher(model, enc.rows(idx))
+        sel = {k: [v[i] for i in idx] for k, v in t.items()}
+        for j, layer in enumerate(layers):
+            lg = patcher(layer, x1[idx, layer])
+            for key in ("r2c2", "r1c2", "r1c1"):
+                out[key][j] += [int(h) for h in patching.hits(tok, lg, sel[key])]
+            out["x1_top1"][j] += [int(h) for h in patching.is_top(lg, sel["x1_top1"])]
+            out["p_r1c2"][j] += patching.probs_at(lg, sel["r1c2"])
+            out["logit_diff"][j] += patching.logit_diff(lg, sel["r1c2"], sel["r2c2"])
+            for ctrl, residual in (("unrelated", unrelated[layer].expand(len(idx), -1)),
+                                   ("noise", patching.matched_noise(x1[idx, layer], gen))):
+                lg = patcher(layer, residual)
+                out[f"{ctrl}_r1c2"][j] += [int(h) for h in patching.hits(tok, lg, sel["r1c2"])]
+                out[f"{ctrl}_r2c2"][j] += [int(h) for h in patching.hits(tok, lg, sel["r2c2"])]
+    return {"layers": layers, **out}
+
+
+@ray.remote(num_cpus=1)
+def oversight(model_name: str, layer: int, n_layers: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Distracted stories answered plainly and with the trusted story's last-token residual
+    patched in at ``layer`` (L*, what the claim reads) and, for the figure, at every layer; the
+    distractor-free stories as the reference."""
+    from . import patching
+
+    model, tok = load_model(model_name, cfg)
+    dis, plain = oversight_task(cfg), oversight_task(cfg, distractor=False)
+    n = len(dis.contexts) - 1
+    trusted = plain.prompt(n, "city")
+    _, res = patching.clean(model, patching.encode(tok, [trusted.text]))
+    texts = [dis.prompt(c, "city").text for c in range(n)]
+    truth = [patching.first_token(tok, dis.answer(c, "city")) for c in range(n)]
+    other = [patching.first_token(tok, " " + dis.contexts[c]["other"]) for c in range(n)]
+    enc = patching.encode(tok, texts)
+    out: dict[str, Any] = {"layer": layer, "plain": [], "patched": [], "plain_distractor": [],
+                           "patched_distractor": [], "by_layer": [[] for _ in range(n_layers)]}
+    lg_ref, _ = _clean_all(model, tok, [plain.prompt(c, "city").text for c in range(n)], cfg["batch"])
+    out["no_distractor"] = [int(h) for h in patching.hits(tok, lg_ref, truth)]
+    for idx in _batches(n, cfg["batch"]):
+        patcher = patching.Patcher(model, enc.rows(idx))
+        sel_t, sel_o = [truth[i] for i in idx], [other[i] for i in idx]
+        lg_plain = patcher()
+        out["plain"] += [int(h) for h in patching.hits(tok, lg_plain, sel_t)]
+        out["plain_distractor"] += [int(h) for h in patching.hits(tok, lg_plain, sel_o)]
+        for at in range(n_layers):
+            lg = patcher(at, res[0, at].expand(len(idx), -1))
+            right = [int(h) for h in patching.hits(tok, lg, sel_t)]
+            out["by_layer"][at] += right
+            if at == layer:
+                out["patched"] += right
+                out["patched_distractor"] += [int(h) for h in patching.hits(tok, lg, sel_o)]
+    out["example"] = texts[0]
+    return out
+
+
+# -- the run ----------------------------------------------------------------------------------------
+
+def bands(n_layers: int, k: int) -> list[list[int]]:
+    """The layers 0..n-1 in ``k`` contiguous bands (fewer when there are fewer layers)."""
+    return [b.tolist() for b in np.array_split(np.arange(n_layers), min(k, n_layers)) if len(b)]
+
+
+def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
+    inputs: Inputs = ctx.inputs
+    c = cfg.model_dump()
+    cleans = {(m, t): clean_cell.remote(m, t, c) for m in cfg.models for t in cfg.tasks}
+    band_refs = {}
+    for (m, t), ref in cleans.items():
+        band_refs[(m, t)] = [patch_band.remote(m, ref, layers, c) for layers in bands(inputs.layers[m], cfg.layer_bands)]
+    total = len(cleans) + sum(len(v) for v in band_refs.values())
+    ctx.say("request patching: %d models x %d tasks, %d Ray tasks (clean runs, then %d layer bands each)",
+            len(cfg.models), len(cfg.tasks), total, cfg.layer_bands)
+    flat = list(cleans.values()) + [r for v in band_refs.values() for r in v]
+    ctx.wait_all(flat, "clean runs and patched layer bands")
+    cells = []
+    for (m, t), ref in cleans.items():
+        clean = ray.get(ref)
+        cell = {k: clean[k] for k in ("model", "task", "prompts", "accuracy", "pairs", "p_clean", "example")}
+        cell["per_layer"] = analysis.merge_bands(ray.get(band_refs[(m, t)]))
+        cell["selected_layer"] = analysis.select_layer(cell)
+        cells.append(cell)
+        ctx.log(kind="cell", model=m, task=t, accuracy=cell["accuracy"], pairs=len(cell["pairs"]),
+                selected_layer=cell["selected_layer"])
+        ctx.say("%s / %s: clean accuracy %.2f, %d pairs, selected layer %s", m, t, cell["accuracy"],
+                len(cell["pairs"]), cell["selected_layer"])
+    over_refs = {}
+    for m in cfg.models:
+        layer = cfg.oversight.layer
+        if layer is None:
+            nano = [x for x in cells if x["model"] == m and x["task"] == "nanoqa" and x["selected_layer"] is not None]
+            layer = nano[0]["selected_layer"] if nano else inputs.layers[m] // 2
+        over_refs[m] = oversight.remote(m, layer, inputs.layers[m], c)
+    over = dict(zip(over_refs, ctx.wait_all(list(over_refs.values()), "oversight: distracted stories")))
+    for m, o in over.items():
+        ctx.log(kind="oversight", model=m, layer=o["layer"], plain=float(np.mean(o["plain"])),
+                patched=float(np.mean(o["patched"])))
+    return {"models": {m: {"layers": inputs.layers[m], "label": inputs.labels[m], "pretrained": m != TINY}
+                       for m in cfg.models},
+            "cells": cells, "oversight": over}

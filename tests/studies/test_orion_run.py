@@ -1,0 +1,40 @@
+"""orion end to end: the smoke preset (a random tiny model) through the CLI on the session's Ray
+cluster, and the input errors, which exit 2 with one line before Ray starts."""
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from iclr_ray import cli  # noqa: E402
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["models=['./no/such/checkpoint']"], "not a model checkpoint"),
+    (["oversight.layer=9"], "oversight.layer 9: tiny-random has 4 layers"),
+    (["tasks=['nanoqa', 'nanoqa']"], "tasks lists a value twice"),
+    (["tasks=['arithmetic']"], "tasks"),
+])
+def test_bad_input_exits_2_with_one_line(input_error, sets, message):
+    assert message in input_error("orion", sets)
+
+
+@pytest.mark.slow
+def test_smoke_runs_every_layer_band_and_draws_the_figures(ray_cluster, tmp_path):
+    out = tmp_path / "run"
+    assert cli.main(["run", "orion", "--preset", "smoke", "--out", str(out), "--set", "layer_bands=3"]) == 0
+    result = json.loads((out / "result.json").read_text())
+    m = result["metrics"]
+    assert len(m["cells"]) == 5 and {c["task"] for c in m["cells"]} == {"nanoqa", "induction", "typehint", "factual",
+                                                                        "translation"}
+    for cell in m["cells"]:
+        pl = cell["per_layer"]
+        assert pl["layers"] == [0, 1, 2, 3]  # three bands merged back in order
+        assert all(len(row) == len(cell["pairs"]) == 8 for row in pl["r1c2"])
+        assert 0 <= cell["selected_layer"] < 4
+    assert set(m["oversight"]["tiny-random"]) >= {"plain", "patched", "layer"}
+    checks = [c for c in result["claims"] if c["check"]]
+    assert checks and all(c["holds"] for c in checks)  # the last-layer identity, through Ray and the bands
+    assert sorted(p.name for p in (out / "plots").iterdir()) == ["layers_tiny_random.png", "oversight.png"]
+    assert "randomly initialised tiny model" in (out / "report.md").read_text()
