@@ -45,8 +45,8 @@ def test_builders_apply_replica_and_autoscaling_options():
     assert dep.ray_actor_options["num_cpus"] == 0.5 and dep._deployment_config.autoscaling_config.max_replicas == 3
     assert app._bound_deployment.init_kwargs["max_batch_size"] == 2
     assert embedding_app({"num_replicas": 2})._bound_deployment.num_replicas == 2
-    with pytest.raises(ValueError, match="needs args.model"):
-        generation_app({})
+    # no model: the packaged default (what `iclr-ray serve generate` serves without --model)
+    assert generation_app({})._bound_deployment.init_kwargs["model"] == launch.DEFAULT_GENERATION_MODEL
 
 
 @pytest.mark.parametrize("body, param", [

@@ -33,8 +33,10 @@ def test_smoke_runs_every_layer_band_and_draws_the_figures(ray_cluster, tmp_path
         assert pl["layers"] == [0, 1, 2, 3]  # three bands merged back in order
         assert all(len(row) == len(cell["pairs"]) == 8 for row in pl["r1c2"])
         assert 0 <= cell["selected_layer"] < 4
-    assert set(m["oversight"]["tiny-random"]) >= {"plain", "patched", "layer"}
-    checks = [c for c in result["claims"] if c["check"]]
+    over = m["oversight"]["tiny-random"]
+    assert len(over["plain"]) == len(over["patched"]) == 6 and len(over["by_layer"]) == 4
+    assert over["by_layer"][over["layer"]] == over["patched"]  # L*'s curve point is the claim's data
+    checks = result["checks"]
     assert checks and all(c["holds"] for c in checks)  # the last-layer identity, through Ray and the bands
     assert sorted(p.name for p in (out / "plots").iterdir()) == ["layers_tiny_random.png", "oversight.png"]
     assert "randomly initialised tiny model" in (out / "report.md").read_text()
