@@ -79,8 +79,11 @@ def main() -> None:
         net, tok = pretrained.load(args.model)
         net.eval()
         ckpt = args.model
-        prompts = [f"Write one sentence about a {w} and a {WORDS[(i * 5) % 12]}." for i, w in
-                   enumerate(WORDS[i % 12] for i in range(args.requests))]
+        # an instruct model ends a bare text prompt at once: the prompts go through its chat template
+        prompts = [tok.apply_chat_template([{"role": "user", "content": f"Write one sentence about a {w} and a "
+                                                                       f"{WORDS[(i * 5) % 12]}."}],
+                                           tokenize=False, add_generation_prompt=True)
+                   for i, w in enumerate(WORDS[i % 12] for i in range(args.requests))]
     else:
         tok = model.build_tokenizer([" ".join(WORDS)] * 20, vocab_size=300)
         net = model.build_model(args.model, tok, seed=0).eval()

@@ -50,6 +50,8 @@ class Config(StudyConfig):
     """prompts per forward pass"""
     oversight: Oversight = Oversight()
     dtype: str = Field("float32", pattern="^(float32|bfloat16|float16)$")
+    gpus_per_task: float = Field(0.0, ge=0)
+    """GPUs each Ray task asks for (a cluster: 1 for a 7B model in bf16; 0 runs on CPU)"""
 
     @model_validator(mode="after")
     def _distinct(self):
@@ -81,5 +83,6 @@ PRESETS = {
         "layer_bands": 4,
         "oversight": {"stories": 200},
         "dtype": "bfloat16",
+        "gpus_per_task": 1,
     },
 }

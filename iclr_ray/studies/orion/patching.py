@@ -43,7 +43,7 @@ def _hidden(output):
 def _with_last(output, residual: torch.Tensor):
     """``output`` of a block with its last position's hidden state replaced by ``residual``."""
     h = _hidden(output).clone()
-    h[:, -1, :] = residual.to(h.dtype)
+    h[:, -1, :] = residual.to(device=h.device, dtype=h.dtype)
     return (h, *output[1:]) if isinstance(output, tuple) else h
 
 
@@ -57,6 +57,9 @@ class Encoded:
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
+
+    def to(self, device) -> "Encoded":
+        return Encoded(self.ids.to(device), self.mask.to(device), self.positions.to(device))
 
     def rows(self, idx) -> "Encoded":
         ids, mask = self.ids[idx], self.mask[idx]
@@ -88,10 +91,11 @@ def _cache_arg(model) -> str:
 def clean(model, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
     """(last-token logits [B, V], last-token residual after every block [B, n_blocks, d])."""
     seen: list[torch.Tensor] = []
-    hooks = [b.register_forward_hook(lambda _m, _i, out: seen.append(_hidden(out)[:, -1, :].float().clone()))
+    hooks = [b.register_forward_hook(lambda _m, _i, out: seen.append(_hidden(out)[:, -1, :].float().cpu()))
              for b in blocks(model)]
+    enc = enc.to(model.device)
     try:
-        logits = _forward(model, enc.ids, enc.mask, enc.positions, logits_to_keep=1).logits[:, -1, :].float()
+        logits = _forward(model, enc.ids, enc.mask, enc.positions, logits_to_keep=1).logits[:, -1, :].float().cpu()
     finally:
         for h in hooks:
             h.remove()
@@ -103,8 +107,9 @@ def patched_full(model, enc: Encoded, layer: int, residual: torch.Tensor) -> tor
     """Last-token logits of whole forward passes with the last-token residual after block
     ``layer`` set to ``residual`` [B, d] (the direct computation :class:`Patcher` must equal)."""
     hook = blocks(model)[layer].register_forward_hook(lambda _m, _i, out: _with_last(out, residual))
+    enc = enc.to(model.device)
     try:
-        return _forward(model, enc.ids, enc.mask, enc.positions, logits_to_keep=1).logits[:, -1, :].float()
+        return _forward(model, enc.ids, enc.mask, enc.positions, logits_to_keep=1).logits[:, -1, :].float().cpu()
     finally:
         hook.remove()
 
@@ -114,6 +119,7 @@ class Patcher:
 
     @torch.no_grad()
     def __init__(self, model, enc: Encoded):
+        enc = enc.to(model.device)
         self.model, self.enc, self.cache_arg = model, enc, _cache_arg(model)
         out = _forward(model, enc.ids[:, :-1], enc.mask[:, :-1], enc.positions[:, :-1], use_cache=True,
                        logits_to_keep=1)
@@ -129,7 +135,7 @@ class Patcher:
             e = self.enc
             out = _forward(self.model, e.ids[:, -1:], e.mask, e.positions[:, -1:], use_cache=True,
                            **{self.cache_arg: copy.deepcopy(self.cache)})
-            return out.logits[:, -1, :].float()
+            return out.logits[:, -1, :].float().cpu()
         finally:
             if hook is not None:
                 hook.remove()

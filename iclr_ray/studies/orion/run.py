@@ -81,6 +81,8 @@ def load_model(name: str, cfg: dict[str, Any]):
         from ...llm import pretrained
 
         model, tok = pretrained.load(name, dtype=getattr(torch, cfg["dtype"]))
+        if torch.cuda.is_available():  # a GPU task on a cluster (gpus_per_task > 0)
+            model = model.to("cuda")
     return model.eval(), tok
 
 
@@ -230,10 +232,12 @@ def bands(n_layers: int, k: int) -> list[list[int]]:
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     inputs: Inputs = ctx.inputs
     c = cfg.model_dump()
-    cleans = {(m, t): clean_cell.remote(m, t, c) for m in cfg.models for t in cfg.tasks}
+    opts = {"num_gpus": cfg.gpus_per_task} if cfg.gpus_per_task else {}
+    cleans = {(m, t): clean_cell.options(**opts).remote(m, t, c) for m in cfg.models for t in cfg.tasks}
     band_refs = {}
     for (m, t), ref in cleans.items():
-        band_refs[(m, t)] = [patch_band.remote(m, ref, layers, c) for layers in bands(inputs.layers[m], cfg.layer_bands)]
+        band_refs[(m, t)] = [patch_band.options(**opts).remote(m, ref, layers, c)
+                             for layers in bands(inputs.layers[m], cfg.layer_bands)]
     total = len(cleans) + sum(len(v) for v in band_refs.values())
     ctx.say("request patching: %d models x %d tasks, %d Ray tasks (clean runs, then %d layer bands each)",
             len(cfg.models), len(cfg.tasks), total, cfg.layer_bands)
@@ -256,7 +260,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         if layer is None:
             nano = [x for x in cells if x["model"] == m and x["task"] == "nanoqa" and x["selected_layer"] is not None]
             layer = nano[0]["selected_layer"] if nano else inputs.layers[m] // 2
-        over_refs[m] = oversight.remote(m, layer, inputs.layers[m], c)
+        over_refs[m] = oversight.options(**opts).remote(m, layer, inputs.layers[m], c)
     over = dict(zip(over_refs, ctx.wait_all(list(over_refs.values()), "oversight: distracted stories")))
     for m, o in over.items():
         ctx.log(kind="oversight", model=m, layer=o["layer"], plain=float(np.mean(o["plain"])),
