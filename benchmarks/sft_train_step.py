@@ -24,7 +24,7 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 
-from iclr_ray.llm import data, loss, model, train  # noqa: E402
+from iclr_ray.llm import data, loss, model, recipe, train  # noqa: E402
 
 
 def corpus(seq: int):
@@ -44,7 +44,7 @@ def bare_loop(cfg: train.TrainConfig, rows, tok) -> float:
     times = []
     for step in range(cfg.max_steps):
         t0 = time.perf_counter()
-        step_rows = train.step_rows(rows, step, cfg, cfg.seed)
+        step_rows = recipe.step_rows(rows, step, cfg, cfg.seed)
         micro = [step_rows[i:i + cfg.micro_batch_size] for i in range(0, len(step_rows), cfg.micro_batch_size)]
         step_tokens = sum(loss.label_tokens(data.collate(m)["labels"]) for m in micro)
         for m in micro:

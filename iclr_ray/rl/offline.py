@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..llm.train import Recipe
+from ..llm.recipe import Recipe
 
 
 def stack_frames(obs: np.ndarray, k: int) -> np.ndarray:

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
-from iclr_ray.llm import data, model, train  # noqa: E402
+from iclr_ray.llm import data, model, recipe, train  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +59,7 @@ def test_zero3_recovers_from_a_killed_worker_on_the_zero2_loss_curve(ray_cluster
     from iclr_ray.llm.loss import label_tokens
 
     wcfg = train.TrainConfig(max_steps=4)
-    n = [label_tokens(data.collate(train.step_rows(rows, k, wcfg, 0))["labels"]) for k in range(4)]
+    n = [label_tokens(data.collate(recipe.step_rows(rows, k, wcfg, 0))["labels"]) for k in range(4)]
     ref_steps = train.read_steps(tmp_path, "ref")
     assert recs[0]["loss"] == pytest.approx(sum(n[k] * ref_steps[k]["loss"] for k in range(3)) / sum(n[:3]), rel=1e-5)
     assert recs[1]["loss"] == pytest.approx(ref_steps[3]["loss"], rel=1e-5)
@@ -117,8 +117,8 @@ def test_step_rows_follows_a_given_order_and_cycles_it(corpus):
     _, rows = corpus
     cfg = train.TrainConfig(micro_batch_size=2, grad_accum=1, num_workers=2)
     order = [3, 1, 4, 1, 5]
-    assert train.step_rows(rows, 0, cfg, 0, order) == [rows[3], rows[1], rows[4], rows[1]]
-    assert train.step_rows(rows, 1, cfg, 0, order) == [rows[5], rows[3], rows[1], rows[4]]
+    assert recipe.step_rows(rows, 0, cfg, 0, order) == [rows[3], rows[1], rows[4], rows[1]]
+    assert recipe.step_rows(rows, 1, cfg, 0, order) == [rows[5], rows[3], rows[1], rows[4]]
 
 
 def test_mfu_inputs():
@@ -135,7 +135,7 @@ def test_load_tokenizer_round_trips_the_saved_files_and_removes_its_directory(co
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setattr(train.tempfile, "tempdir", str(scratch))
-    loaded = train.load_tokenizer(train.read_files(tmp_path / "tok"))
+    loaded = recipe.load_tokenizer(recipe.read_files(tmp_path / "tok"))
     text = "add 12 and 7"
     assert loaded(text)["input_ids"] == tok(text)["input_ids"] and len(loaded) == len(tok)
     assert list(scratch.iterdir()) == []  # the temporary copy is gone

@@ -2,7 +2,7 @@
 
 The same model, data, optimizer (AdamW, clipping, schedule) and seed, once through
 ``llm.train.fit_recipe`` on the session's local Ray cluster and once through
-``llm.train.reference_losses`` (plain torch in this process), must give the same loss at every
+``llm.recipe.reference_losses`` (plain torch in this process), must give the same loss at every
 step within float noise. This guards every study that trains through the loop: a difference in
 the schedule, the clipping, the loss normalisation, the gradient averaging over workers or the
 optimizer DeepSpeed wraps would show as a drifting curve."""
@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 
-from iclr_ray.llm import data, model, train  # noqa: E402
+from iclr_ray.llm import data, model, recipe, train  # noqa: E402
 from iclr_ray.studies.arith_coupling.run import CouplingRecipe, model_config  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -36,7 +36,7 @@ def test_arith_coupling_recipe_through_ray_train_matches_a_plain_torch_loop(ray_
     """arith_coupling's setting: ZeRO 0, one worker, warm-up, a large lr whose gradients are clipped."""
     cfg = train.TrainConfig(model="arith", micro_batch_size=16, max_steps=STEPS, lr=3e-2, warmup_steps=2,
                             schedule=schedule, min_lr_ratio=min_lr_ratio, zero_stage=0, num_workers=1, seed=3)
-    ref = train.reference_losses(_addition_recipe(), cfg)
+    ref = recipe.reference_losses(_addition_recipe(), cfg)
     res = train.fit_recipe(cfg, _addition_recipe(), tmp_path, "ray")
     assert res.error is None
     got = _curve(tmp_path, "ray")
@@ -65,7 +65,7 @@ def test_causal_lm_on_two_zero2_workers_with_accumulation_matches_one_plain_loop
 
     with tempfile.TemporaryDirectory() as d:
         tok.save_pretrained(d)
-        files = train.read_files(d)
-    ref = train.reference_losses(train.ChatRecipe(ray.put(rows), files), cfg)
+        files = recipe.read_files(d)
+    ref = recipe.reference_losses(recipe.ChatRecipe(ray.put(rows), files), cfg)
     assert _curve(tmp_path, "ray") == pytest.approx(ref, rel=1e-4)
     assert ref[-1] < ref[0]

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...config import ConfigError, DataError
-from ...llm.train import Recipe, TrainConfig
+from ...llm.recipe import Recipe, TrainConfig
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
 from . import data

@@ -99,7 +99,7 @@ class World:
                                     self.eval_mc, max_new_tokens)
 
     def tokenizer(self):
-        from ...llm.train import load_tokenizer
+        from ...llm.recipe import load_tokenizer
 
         return load_tokenizer(self.tokenizer_files)
 
@@ -116,7 +116,7 @@ def _held_out(convs: list, n_eval: int) -> tuple[list, list[EvalItem]]:
 
 def build_world(cfg: Config, inputs: dict[str, Any]) -> World:
     from ...llm.model import build_tokenizer, load_pretrained
-    from ...llm.train import read_files
+    from ...llm.recipe import read_files
 
     d = cfg.data
     ds = gen.generate(cfg.seed, d.n_pretrain, d.n_train, d.n_eval)

@@ -1,0 +1,246 @@
+"""What a training run trains, apart from where it runs: the run's config (:class:`TrainConfig`),
+the :class:`Recipe` a study fills in (its model, each step's batches, a batch's summed loss and its
+units, how the model is saved and scored) with :class:`ChatRecipe` for Hugging Face causal LMs on
+packed rows, the deterministic step schedule (:func:`step_rows`), the optimiser and lr schedule
+(:func:`optimizer_and_schedule`), and :func:`reference_losses`, the same recipe trained by a plain
+torch loop in one process.
+
+``llm.train`` runs a recipe on Ray Train with DeepSpeed; the parity test holds that loop to
+:func:`reference_losses` step by step. Nothing here imports Ray (``ChatRecipe.setup`` resolves its
+object refs in the worker).
+"""
+from __future__ import annotations
+
+import tempfile
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, Callable, Literal, Sequence
+
+import numpy as np
+from pydantic import Field
+
+from ..config import Section
+from .data import PackedRow, collate, epoch_order
+from .loss import label_tokens, step_loss, summed_token_loss
+
+SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
+
+
+class TrainConfig(Section):
+    model: str = "tiny-llama"
+    """a named tiny model (llm.model.TINY_MODELS), a checkpoint directory or an HF id"""
+    micro_batch_size: int = Field(4, ge=1)
+    """packed rows per worker per micro-step"""
+    grad_accum: int = Field(1, ge=1)
+    max_steps: int = Field(50, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = Field(0.0, ge=0)
+    schedule: Literal["constant", "linear", "cosine"] = "cosine"
+    warmup_steps: int = Field(0, ge=0)
+    min_lr_ratio: float = Field(0.0, ge=0, lt=1)
+    """cosine only: the floor the schedule decays to, as a share of lr (0: decays to 0)"""
+    grad_clip: float = Field(1.0, ge=0)
+    """0 disables clipping"""
+    zero_stage: int = Field(2, ge=0, le=3)
+    num_workers: int = Field(2, ge=1)
+    eval_every: int = Field(0, ge=0)
+    """optimiser steps between held-out loss evaluations (and at the last step); 0: never"""
+    checkpoint_every: int = Field(0, ge=0)
+    """optimiser steps between checkpoints; 0: only the final one"""
+    log_every: int = Field(1, ge=1)
+    """optimiser steps per Ray Train report (the loss and rates are averaged over them); each
+    report waits for Ray Train's controller, so small models report every few steps"""
+    max_failures: int = Field(1, ge=0)
+    """worker failures Ray Train recovers from (restarting from the latest checkpoint)"""
+    seed: int = 0
+
+    def rows_per_step(self) -> int:
+        return self.micro_batch_size * self.grad_accum * self.num_workers
+
+
+def step_rows(rows: list[PackedRow], step: int, cfg: TrainConfig, seed: int,
+              order: Sequence[int] | None = None) -> list[PackedRow]:
+    """The global batch of optimiser step ``step``: consecutive rows of the data order.
+
+    The order is ``order`` when given (a study's own curriculum, e.g. phased training), cycled;
+    else each epoch is a fresh seeded permutation of ``rows``."""
+    per_step = cfg.rows_per_step()
+    start = step * per_step
+    if order is not None:
+        return [rows[int(order[i % len(order)])] for i in range(start, start + per_step)]
+    orders: dict[int, np.ndarray] = {}  # one permutation per epoch the step touches, not per row
+    out = []
+    for i in range(start, start + per_step):
+        epoch, j = divmod(i, len(rows))
+        if epoch not in orders:
+            orders[epoch] = epoch_order(len(rows), seed, epoch)
+        out.append(rows[int(orders[epoch][j])])
+    return out
+
+
+def load_tokenizer(files: dict[str, bytes]):
+    """A tokenizer from the bytes of its saved files (``read_files``), through a temporary
+    directory that is removed once it has loaded."""
+    from transformers import AutoTokenizer
+
+    with tempfile.TemporaryDirectory(prefix="tok") as d:
+        for name, data in files.items():
+            Path(d, name).write_bytes(data)
+        return AutoTokenizer.from_pretrained(d)
+
+
+def read_files(directory: str | Path) -> dict[str, bytes]:
+    """A saved tokenizer as bytes, to ship to workers on any node through the task arguments."""
+    return {p.name: p.read_bytes() for p in Path(directory).iterdir() if p.is_file()}
+
+
+class Recipe(ABC):
+    """What a run trains and on what: the parts of the loop a study fills in. The loop (DeepSpeed
+    engine, step schedule, loss normalisation, metrics, checkpoints, resume, Ray Train reports) is
+    the same for every recipe. A recipe is pickled to every worker, so it holds object refs and
+    small values; ``setup`` (in the worker) resolves them."""
+
+    def setup(self) -> None:
+        """Runs once in each worker before anything else."""
+
+    @abstractmethod
+    def build_model(self, cfg: TrainConfig):
+        """The model, with the same weights on every rank (seeded by ``cfg.seed``)."""
+
+    @abstractmethod
+    def step_batches(self, step: int, cfg: TrainConfig) -> list[tuple[dict[str, Any], int]]:
+        """Every micro-batch of optimiser step ``step`` over all workers, as (a dict of CPU
+        tensors, the real tokens or samples it holds, for the throughput figures); the same on
+        every rank and a pure function of the step, so a resumed run sees the data it would have
+        seen."""
+
+    @abstractmethod
+    def loss(self, engine, batch: dict[str, Any]):
+        """The loss of one (device) batch summed over its :meth:`units` (a scalar tensor)."""
+
+    def units(self, batch: dict[str, Any]) -> int:
+        """How many units the loss of ``batch`` sums over: its label tokens (``labels``, IGNORE
+        where a token carries no loss) unless the recipe says otherwise (samples, say). Known
+        before the forward pass, so every micro-batch's loss is divided by the whole step's."""
+        return label_tokens(batch["labels"])
+
+    def eval_batches(self, cfg: TrainConfig) -> dict[str, list[dict[str, Any]]]:
+        """Named held-out sets as lists of CPU batches (their loss is reported every ``eval_every``)."""
+        return {}
+
+    def save(self, engine, path: Path, rank: int, zero_stage: int) -> None:
+        """The model in its servable format under ``path`` (DeepSpeed's own state is saved beside it)."""
+
+    def final_metrics(self, path: Path) -> dict[str, float]:
+        """Rank 0, last step: numbers computed from the saved model at ``path``, added to the report."""
+        return {}
+
+    def seq_len(self) -> int:
+        return 0
+
+
+class ChatRecipe(Recipe):
+    """Causal-LM training of a Hugging Face model on packed rows (SFT and pre-training)."""
+
+    def __init__(self, rows, tokenizer_files: dict[str, bytes], order=None, eval_rows=None,
+                 final_eval: Callable[[Any, Any], dict[str, float]] | None = None):
+        self.rows_ref, self.tokenizer_files, self.order_ref, self.eval_ref = rows, tokenizer_files, order, eval_rows
+        self.final_eval = final_eval
+
+    def setup(self) -> None:
+        import ray
+
+        self.rows: list[PackedRow] = ray.get(self.rows_ref)
+        self.order = ray.get(self.order_ref) if self.order_ref is not None else None
+        self.eval_rows: dict[str, list[PackedRow]] = ray.get(self.eval_ref) if self.eval_ref is not None else {}
+        self.tokenizer = load_tokenizer(self.tokenizer_files)
+
+    def build_model(self, cfg: TrainConfig):
+        from transformers import AutoModelForCausalLM
+
+        from .model import TINY_MODELS, build_model
+
+        if cfg.model in TINY_MODELS:
+            return build_model(cfg.model, self.tokenizer, seed=cfg.seed)
+        return AutoModelForCausalLM.from_pretrained(cfg.model)
+
+    def step_batches(self, step: int, cfg: TrainConfig) -> list[tuple[dict[str, Any], int]]:
+        rows_now = step_rows(self.rows, step, cfg, cfg.seed, self.order)
+        micro = [rows_now[i:i + cfg.micro_batch_size] for i in range(0, len(rows_now), cfg.micro_batch_size)]
+        return [(collate(m), sum(r.n_real for r in m)) for m in micro]
+
+    def loss(self, engine, batch: dict[str, Any]):
+        logits = engine(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits
+        return summed_token_loss(logits, batch["labels"])[0]
+
+    def eval_batches(self, cfg: TrainConfig) -> dict[str, list[dict[str, Any]]]:
+        b = cfg.micro_batch_size
+        return {name: [collate(rows[i:i + b]) for i in range(0, len(rows), b)] for name, rows in self.eval_rows.items()}
+
+    def save(self, engine, path: Path, rank: int, zero_stage: int) -> None:
+        save_hf(engine, self.tokenizer, path / "model", rank, zero_stage)
+
+    def final_metrics(self, path: Path) -> dict[str, float]:
+        if self.final_eval is None:
+            return {}
+        from transformers import AutoModelForCausalLM
+
+        # scored here, where torch and transformers are loaded already, on the very model the
+        # checkpoint holds (any ZeRO stage: read back from its HF files)
+        return self.final_eval(AutoModelForCausalLM.from_pretrained(path / "model"), self.tokenizer)
+
+    def seq_len(self) -> int:
+        return len(self.rows[0].input_ids) if self.rows else 0
+
+
+def optimizer_and_schedule(model, cfg: TrainConfig):
+    """AdamW over the model's parameters and its learning-rate schedule (transformers'
+    schedulers: warm-up, then constant, linear to 0, or cosine to ``min_lr_ratio`` x lr)."""
+    import torch
+    from transformers import get_scheduler
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    name, extra = SCHEDULES[cfg.schedule], {}
+    if cfg.schedule == "cosine" and cfg.min_lr_ratio > 0:
+        name, extra = "cosine_with_min_lr", {"min_lr_rate": cfg.min_lr_ratio}
+    scheduler = get_scheduler(name, optimizer, num_warmup_steps=cfg.warmup_steps, num_training_steps=cfg.max_steps,
+                              scheduler_specific_kwargs=extra)
+    return optimizer, scheduler
+
+
+def reference_losses(recipe: Recipe, cfg: TrainConfig, steps: int | None = None) -> list[float]:
+    """The loss of every optimiser step of ``recipe`` trained by a plain torch loop in this process:
+    no Ray, no DeepSpeed, one worker; the same model, batches, loss normalisation, AdamW, clipping
+    and schedule as :func:`train_worker`. The parity test holds the Ray Train + DeepSpeed loop to
+    this curve, and a study can use it to try a setting without starting Ray."""
+    import torch
+
+    recipe.setup()
+    model = recipe.build_model(cfg)
+    model.train()
+    optimizer, scheduler = optimizer_and_schedule(model, cfg)
+    out = []
+    for step in range(cfg.max_steps if steps is None else steps):
+        batches = recipe.step_batches(step, cfg)
+        units = sum(recipe.units(b) for b, _ in batches)
+        optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for batch, _ in batches:
+            loss = recipe.loss(model, batch)
+            step_loss(loss, units).backward()
+            total += loss.item()
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        out.append(total / max(units, 1))
+    return out
+
+
+def save_hf(engine, tokenizer, path: Path, rank: int, zero_stage: int) -> None:
+    """The model in Hugging Face format from rank 0 (ZeRO-3 gathers the shards from every rank)."""
+    state = engine._zero3_consolidated_16bit_state_dict() if zero_stage == 3 else None
+    if rank == 0:
+        engine.module.save_pretrained(path, state_dict=state)
+        tokenizer.save_pretrained(path)
