@@ -101,3 +101,20 @@ def load_pretrained(source: str | Path, dtype=None):
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer
 
+
+def decoder_blocks(model):
+    """The decoder blocks (a ``torch.nn.ModuleList``) of a Hugging Face causal LM: Llama, Gemma,
+    Qwen, Mistral, OLMo (``model.layers``); GPT-2 (``transformer.h``); GPT-NeoX/Pythia
+    (``gpt_neox.layers``). ValueError for a model with none of these."""
+    import torch
+
+    for path in ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers"):
+        obj = model
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        if isinstance(obj, torch.nn.ModuleList):
+            return obj
+    raise ValueError(f"cannot find the decoder blocks of a {type(model).__name__}")

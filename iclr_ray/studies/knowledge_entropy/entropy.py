@@ -26,9 +26,9 @@ import torch
 
 def gated_mlps(model) -> list[torch.nn.Module]:
     """Each decoder block's MLP, checked to be gated (gate_proj, up_proj, down_proj)."""
-    from ..orion.patching import blocks
+    from ...llm.model import decoder_blocks
 
-    mlps = [b.mlp for b in blocks(model)]
+    mlps = [b.mlp for b in decoder_blocks(model)]
     for m in mlps:
         if not all(hasattr(m, name) for name in ("gate_proj", "up_proj", "down_proj")):
             raise ValueError(f"{type(m).__name__} is not a gated MLP (gate_proj, up_proj, down_proj): "

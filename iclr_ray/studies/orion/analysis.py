@@ -111,7 +111,8 @@ def judged(cell: dict[str, Any], cfg) -> bool:
     return cell["accuracy"] >= cfg.min_clean_accuracy and len(cell["pairs"]) >= 2
 
 
-def _short(model: str) -> str:
+def short_name(model: str) -> str:
+    """A model id as an identifier part (claim ids, figure names)."""
     return model.split("/")[-1].replace("-", "_").replace(".", "_")
 
 
@@ -119,7 +120,7 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
     out: list[Claim] = []
     cells = metrics["cells"]
     for model in metrics["models"]:
-        m = _short(model)
+        m = short_name(model)
         mine = [c for c in cells if c["model"] == model]
         pooled: dict[str, list[np.ndarray]] = {"r2c2_first": [], "unrelated_r1c2": [], "noise_r1c2": []}
         for cell in mine:
@@ -166,12 +167,11 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
     return out
 
 
-def cell_row(cell: dict[str, Any], cfg) -> list[str]:
-    s = scored(cell)
+def cell_row(cell: dict[str, Any], cfg, s: dict[str, Any] | None, npb) -> list[str]:
+    """A row of the per model-task table (``s``: :func:`scored`; ``npb``: its normalised probability)."""
     base = [cell["model"], cell["task"], fmt(cell["accuracy"], ".2f"), str(len(cell["pairs"]))]
     if s is None:
         return base + ["-"] * 7
-    npb = normalised_probability(s["p_r1c2"], s["p_clean"])
     return base + [str(s["layer"]), fmt(float(s["r2c2"].mean()), ".2f"), fmt(float(s["r1c2"].mean()), ".2f"),
                    fmt(float(s["r1c1"].mean()), ".2f"), fmt(npb.value, ".2f"), fmt(float(s["logit_diff"].mean()), ".2f"),
                    f"{fmt(float(s['unrelated_r1c2'].mean()), '.2f')} / {fmt(float(s['noise_r1c2'].mean()), '.2f')}"
@@ -181,6 +181,8 @@ def cell_row(cell: dict[str, Any], cfg) -> list[str]:
 def report_md(metrics: dict[str, Any], cfg) -> str:
     """The per model-task table, the oversight table and an example prompt (the CLI puts the
     claims and checks above)."""
+    scores = [scored(c) for c in metrics["cells"]]
+    npbs = [normalised_probability(s["p_r1c2"], s["p_clean"]) if s is not None else None for s in scores]
     lines = []
     if not all(m["pretrained"] for m in metrics["models"].values()):
         lines += ["**A randomly initialised tiny model is in this run (the smoke preset): the mechanics run, "
@@ -192,9 +194,9 @@ def report_md(metrics: dict[str, Any], cfg) -> str:
               f"kept by the filter. A pair is judged when clean accuracy >= {cfg.min_clean_accuracy}. "
               "Controls: R1(C2) rate with an unrelated prompt's residual / noise.", "",
               table(["model", "task", "clean acc", "pairs", "layer", "R2(C2)", "R1(C2)", "R1(C1)", "norm. p",
-                     "logit diff", "controls"], [cell_row(c, cfg) for c in metrics["cells"]]), ""]
-    keep = [normalised_probability(s["p_r1c2"], s["p_clean"]).value
-            for c in metrics["cells"] if judged(c, cfg) and (s := scored(c)) is not None]
+                     "logit diff", "controls"],
+                    [cell_row(c, cfg, s, npb) for c, s, npb in zip(metrics["cells"], scores, npbs)]), ""]
+    keep = [npb.value for c, npb in zip(metrics["cells"], npbs) if judged(c, cfg) and npb is not None]
     if keep:
         lines += [f"Model-task pairs keeping >= 70% of the probability (point estimates): "
                   f"{sum(k >= KEEP for k in keep)} of {len(keep)} judged (the paper: 98 of 106).", ""]

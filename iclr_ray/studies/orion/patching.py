@@ -20,20 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-
-def blocks(model) -> torch.nn.ModuleList:
-    """The decoder blocks of a causal LM (Llama, Gemma, Qwen, Mistral: ``model.layers``; GPT-2:
-    ``transformer.h``; GPT-NeoX/Pythia: ``gpt_neox.layers``)."""
-    for path in ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers"):
-        obj = model
-        try:
-            for part in path.split("."):
-                obj = getattr(obj, part)
-        except AttributeError:
-            continue
-        if isinstance(obj, torch.nn.ModuleList):
-            return obj
-    raise ValueError(f"cannot find the decoder blocks of a {type(model).__name__}")
+from ...llm.model import decoder_blocks as blocks
 
 
 def _hidden(output):

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .analysis import LABELS, OUTCOMES, _short, judged  # noqa: E402
+from .analysis import LABELS, OUTCOMES, judged, short_name  # noqa: E402
 
 COLORS = {"r2c2": "tab:gray", "r1c2": "tab:blue", "r1c1": "tab:red"}
 
@@ -82,7 +82,7 @@ def plot_all(metrics: dict[str, Any], cfg) -> dict[str, Any]:
         axes.flat[0].legend(fontsize=7, loc="center left")
         fig.suptitle(f"request patching, {model}", y=1.0)
         fig.tight_layout()
-        figs[f"layers_{_short(model)}"] = fig
+        figs[f"layers_{short_name(model)}"] = fig
     if metrics.get("oversight"):
         fig, (ax, ax2) = plt.subplots(1, 2, figsize=(5.5 + 2.2 * len(metrics["oversight"]), 4))
         oversight_bars(ax, metrics["oversight"])

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Callable, Literal, get_args
 
 TaskName = Literal["nanoqa", "induction", "typehint", "factual", "translation"]
-TASKS: tuple[str, ...] = ("nanoqa", "induction", "typehint", "factual", "translation")
+TASKS: tuple[str, ...] = get_args(TaskName)
 
 
 @dataclass(frozen=True)
