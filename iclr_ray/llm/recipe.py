@@ -48,6 +48,9 @@ class TrainConfig(Section):
     """optimiser steps between held-out loss evaluations (and at the last step); 0: never"""
     checkpoint_every: int = Field(0, ge=0)
     """optimiser steps between checkpoints; 0: only the final one"""
+    keep_checkpoints: int = Field(2, ge=0)
+    """checkpoints kept on disk, the newest (0: every one, for a study that reads a run's
+    intermediate models, such as knowledge_entropy's pretraining)"""
     log_every: int = Field(1, ge=1)
     """optimiser steps per Ray Train report (the loss and rates are averaged over them); each
     report waits for Ray Train's controller, so small models report every few steps"""

@@ -295,6 +295,12 @@ def fit(cfg: TrainConfig, rows: list[PackedRow], tokenizer, storage_path: str | 
     return fit_recipe(cfg, recipe, storage_path, name, fail_once_at_step=fail_once_at_step, callbacks=callbacks)
 
 
+def checkpoints(result) -> list[tuple[int, Path]]:
+    """(step, directory) of every checkpoint a finished run kept (``cfg.keep_checkpoints``), by step."""
+    out = [(int(m["step"]), Path(c.path)) for c, m in (result.best_checkpoints or [])]
+    return sorted(out)
+
+
 def fit_recipe(cfg: TrainConfig, recipe: Recipe, storage_path: str | Path, name: str,
                fail_once_at_step: int | None = None, callbacks: Sequence[Any] = ()):
     """Run the loop on ``cfg.num_workers`` Ray Train workers; returns Ray Train's Result.
@@ -322,7 +328,7 @@ def fit_recipe(cfg: TrainConfig, recipe: Recipe, storage_path: str | Path, name:
                                      resources_per_worker=None if use_gpu else {"CPU": cpu}),
         run_config=RunConfig(name=name, storage_path=str(run_path.parent),
                              failure_config=FailureConfig(max_failures=cfg.max_failures),
-                             checkpoint_config=CheckpointConfig(num_to_keep=2),
+                             checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints or None),
                              callbacks=[_step_logger(run_path / STEPS_FILE), *callbacks]),
     )
     return trainer.fit()
