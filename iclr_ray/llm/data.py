@@ -114,8 +114,9 @@ def encode_all(tokenizer, conversations: Iterable[list[dict[str, str]]], max_tok
 
 
 def encode_text(tokenizer, text: str, max_tokens: int) -> list[Encoded]:
-    """A pre-training document as ``BOS text EOS`` (those the tokenizer has) with every token labelled, cut into pieces of
-    at most ``max_tokens`` tokens (so a long document packs instead of failing)."""
+    """A pre-training document as ``BOS text EOS`` (those the tokenizer has) with every token
+    labelled, cut into pieces of at most ``max_tokens`` tokens (so a long document packs instead of
+    failing)."""
     bos, eos = ([t] if t is not None else [] for t in (tokenizer.bos_token_id, tokenizer.eos_token_id))
     ids = [*bos, *tokenizer(text, add_special_tokens=False).input_ids, *eos]
     return [Encoded(ids[i:i + max_tokens], ids[i:i + max_tokens]) for i in range(0, len(ids), max_tokens)]

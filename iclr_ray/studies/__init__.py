@@ -59,6 +59,14 @@ REGISTRY: dict[str, Entry] = {e.id: e for e in (
     Entry("coord_sketch", "Matrix product sketching by coordinated sampling",
           "Daliri, Freire, Li, Musco. Matrix Product Sketching via Coordinated Sampling. ICLR 2025",
           ("tasks: one per party sketch, one per estimate",)),
+    Entry("knowledge_entropy",
+          "Knowledge entropy decay over pretraining, new-knowledge acquisition and retention, resuscitation",
+          "Kim, Lee, Cho, Jang, Hwang, Won, Ahn, Lee, Seo. Knowledge Entropy Decay during Language Model "
+          "Pretraining Hinders New Knowledge Acquisition. ICLR 2025",
+          ("Ray Tune: pretraining runs, and the continual runs as one grid (start checkpoints, resuscitation and "
+           "its controls, the (p, q) grid)", "Ray Train + DeepSpeed: every pretraining and continual run",
+           "tasks: knowledge entropy per checkpoint and per real model, each continual run's start model"),
+          extra="llm", needs=("torch", "transformers", "deepspeed")),
     Entry("mab_cs", "Bandits with cost subsidy: Pairwise Elimination (PE, PE-CS) against CS-UCB/TS/ETC",
           "Juneja, Joe-Wong, Yağan. Pairwise Elimination with Instance-Dependent Guarantees for Bandits with Cost "
           "Subsidy. ICLR 2025",

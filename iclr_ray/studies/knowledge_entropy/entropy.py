@@ -47,17 +47,20 @@ def coefficient_means(model, ids: torch.Tensor, mask: torch.Tensor, batch: int =
     def hook(i):
         def pre(_module, args):
             c = args[0].abs().double()  # [B, T, m]
-            w = current["mask"][..., None]
+            w = current["mask"].to(c.device)[..., None]
             per_seq = (c * w).sum(1) / w.sum(1).clamp(min=1)  # [B, m]
             sums[i].add_(per_seq.sum(0).cpu())
         return pre
 
+    # the decoder alone: the coefficients are all that is read, so no vocabulary-sized logits
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model
+    device = next(model.parameters()).device
     handles = [m.down_proj.register_forward_pre_hook(hook(i)) for i, m in enumerate(mlps)]
     try:
         for lo in range(0, len(ids), batch):
             m = mask[lo:lo + batch]
             current["mask"] = m.to(torch.float64)
-            model(input_ids=ids[lo:lo + batch], attention_mask=m)
+            base(input_ids=ids[lo:lo + batch].to(device), attention_mask=m.to(device))
     finally:
         for h in handles:
             h.remove()

@@ -1,0 +1,233 @@
+"""knowledge_entropy: acquisition and retention from the probes' losses, the claims and the report.
+
+For a continual run and an injected split S (paraphrase, once), with u(t) and s(t) the mean
+negative log probability per target token of the unseen and of S's probes after step t, and
+t = 0 the start model:
+
+    A_S(t) = [u(t) - s(t)] - [u(0) - s(0)]
+
+the fact-specific gain in log probability (nats per token), net of what continual training does to
+facts of the same form that were never injected. Acquisition is A_S right after S's last injection
+(paraphrase: the last round; once: the first), retained knowledge A_S at the end of the run, and
+forgetting 1 - retained / acquired (the share of what was acquired that is lost). A run's values
+are the means over the two splits. Pure functions of the metrics.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ...claims import Claim, exact, mean, paired_difference
+from ...markdown import fmt, table
+from .data import INJECTED
+
+ENTROPY_RHO_BOUND = -0.8
+"""the paper: knowledge entropy declines consistently over pretraining (its Figure 1 is close to
+monotone); a rank correlation with the step of -0.8 or below is read as a consistent decline"""
+
+
+def gains(run: dict[str, Any], schedule: dict[str, Any]) -> dict[str, float]:
+    """Acquisition, retained knowledge and forgetting of one continual run (the module docstring)."""
+    by_step = {int(p["step"]): p for p in run["curve"]}
+    e0 = run["eval0"]
+    last_round = schedule["inject_at"][-1] + 1
+    first_round = schedule["inject_at"][0] + 1
+    end = schedule["steps"]
+
+    def a(split: str, step: int) -> float:
+        p = by_step.get(step)
+        if p is None:
+            return math.nan
+        return (p["unseen"] - p[split]) - (e0["unseen"] - e0[split])
+
+    acq = {"paraphrase": a("paraphrase", last_round), "once": a("once", first_round)}
+    kept = {s: a(s, end) for s in INJECTED}
+    acquired = float(np.mean([acq[s] for s in INJECTED]))
+    retained = float(np.mean([kept[s] for s in INJECTED]))
+    forgetting = 1.0 - retained / acquired if acquired > 0 else math.nan
+    return {"acquired": acquired, "retained": retained, "forgetting": forgetting,
+            **{f"acquired_{s}": acq[s] for s in INJECTED}, **{f"retained_{s}": kept[s] for s in INJECTED}}
+
+
+def _runs(metrics: dict[str, Any], arm: str, role: str, fraction: float | None = None,
+          q: float | None = None) -> dict[int, dict[str, Any]]:
+    out = {}
+    for r in metrics["runs"]:
+        if r["arm"] != arm or role not in r["roles"]:
+            continue
+        if fraction is not None and not math.isclose(r["fraction"], fraction):
+            continue
+        if q is not None and not math.isclose(r["q"], q):
+            continue
+        out[r["seed"]] = r
+    return out
+
+
+def arms(metrics: dict[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
+    """The runs of each compared arm, by seed: ``start=<fraction>`` (plain), ``resuscitated``,
+    ``random`` (the random-neuron control), ``q=1``."""
+    starts = sorted({r["fraction"] for r in metrics["runs"] if r["arm"] == "plain"})
+    out = {f"start={f:g}": _runs(metrics, "plain", "main", fraction=f) for f in starts}
+    out["resuscitated"] = _runs(metrics, "resus", "main")
+    out["random"] = _runs(metrics, "random", "main")
+    out["q=1"] = _runs(metrics, "resus", "q1")
+    return out
+
+
+def per_seed(metrics: dict[str, Any], arm_runs: dict[int, dict[str, Any]], key: str) -> dict[int, float]:
+    s = metrics["schedule"]
+    if key.startswith("h_"):
+        return {seed: math.nan if r.get(key) is None else float(r[key]) for seed, r in arm_runs.items()}
+    return {seed: gains(r, s)[key] for seed, r in arm_runs.items()}
+
+
+def _paired(a: dict[int, float], b: dict[int, float]):
+    seeds = sorted(set(a) & set(b))
+    x = np.array([a[k] for k in seeds], float)
+    y = np.array([b[k] for k in seeds], float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    return paired_difference(x[ok], y[ok])
+
+
+def spearman(x, y) -> float:
+    from scipy import stats
+
+    if len(x) < 3 or np.ptp(np.asarray(x, float)) == 0 or np.ptp(np.asarray(y, float)) == 0:
+        return math.nan  # undefined for a constant input
+    return float(stats.spearmanr(x, y).statistic)
+
+
+def entropy_rhos(metrics: dict[str, Any]) -> list[float]:
+    """Per seed, the rank correlation of H with the pretraining step over its checkpoints."""
+    return [spearman([p["step"] for p in c["points"]], [p["h"] for p in c["points"]]) for c in metrics["curves"]]
+
+
+def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
+    a = arms(metrics)
+    starts = [k for k in a if k.startswith("start=")]
+    early, late = a[starts[0]], a[starts[-1]]
+    res = per_seed(metrics, a["resuscitated"], "h_resuscitated")
+    start = per_seed(metrics, a["resuscitated"], "h_start")
+    out = [
+        Claim.at_most("entropy_decays", "Knowledge entropy decreases over pretraining (Spearman rho of H with the "
+                      "step, per pretraining seed)", mean(entropy_rhos(metrics)), ENTROPY_RHO_BOUND,
+                      note="rank correlation over each seed's checkpoints (step 0 included when pretrained here)"),
+        Claim.at_least("acquisition_decreases", f"Later checkpoints acquire less: A({starts[0]}) - A({starts[-1]})",
+                       _paired(per_seed(metrics, early, "acquired"), per_seed(metrics, late, "acquired")), 0.0,
+                       note="A: fact-specific log-probability gain right after injection, nats/token"),
+        Claim.at_least("forgetting_increases", f"Later checkpoints forget more: F({starts[-1]}) - F({starts[0]})",
+                       _paired(per_seed(metrics, late, "forgetting"), per_seed(metrics, early, "forgetting")), 0.0,
+                       note="F = 1 - retained/acquired at the end of the run"),
+        Claim.at_least("resuscitation_acquires_more", "Resuscitation improves acquisition over the unmodified last "
+                       "checkpoint: A(resuscitated) - A(last)",
+                       _paired(per_seed(metrics, a["resuscitated"], "acquired"), per_seed(metrics, late, "acquired")),
+                       0.0),
+        Claim.at_least("resuscitation_retains_more", "Resuscitation improves retention over the unmodified last "
+                       "checkpoint: retained(resuscitated) - retained(last)",
+                       _paired(per_seed(metrics, a["resuscitated"], "retained"), per_seed(metrics, late, "retained")),
+                       0.0, note="retained: A at the end of the run, nats/token"),
+        Claim.at_least("resuscitation_beats_random", "The gain comes from the low-coefficient neurons: "
+                       "A(resuscitated) - A(same factors on random neurons)",
+                       _paired(per_seed(metrics, a["resuscitated"], "acquired"), per_seed(metrics, a["random"],
+                                                                                          "acquired")), 0.0,
+                       note="negative control: the same number of neurons per layer and the same factors"),
+        Claim.at_least("resuscitation_keeps_entropy", "The resuscitated model ends continual training with higher "
+                       "knowledge entropy than the unmodified one: H_end(resuscitated) - H_end(last)",
+                       _paired(per_seed(metrics, a["resuscitated"], "h_final"), per_seed(metrics, late, "h_final")),
+                       0.0),
+        Claim.at_least("resuscitation_raises_entropy", "Resuscitation raises knowledge entropy at once: the "
+                       "smallest H(resuscitated) - H(last) over seeds, before training",
+                       exact(min(res[k] - start[k] for k in res)) if res else exact(math.nan), 0.0, check=True,
+                       note="by construction: the lowest coefficients are raised towards the layer mean"),
+    ]
+    return out
+
+
+def arm_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per arm: acquisition, retained knowledge, forgetting and entropies, mean and 95% interval over seeds."""
+    rows = []
+    for name, runs in arms(metrics).items():
+        if not runs:
+            continue
+        row: dict[str, Any] = {"arm": name, "seeds": len(runs)}
+        for key in ("acquired", "retained", "forgetting", "acquired_paraphrase", "acquired_once", "h_start",
+                    "h_resuscitated", "h_final"):
+            vals = [v for v in per_seed(metrics, runs, key).values() if np.isfinite(v)]
+            row[key] = mean(vals) if vals else None
+        rows.append(row)
+    return rows
+
+
+def grid_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """The (p, q) grid's runs (first seed): acquisition, retained, H after resuscitation and at the end."""
+    s = metrics["schedule"]
+    out = []
+    for r in metrics["runs"]:
+        if "grid" in r["roles"]:
+            out.append({"ratio": r["ratio"], "q": r["q"], **gains(r, s), "h_resuscitated": r.get("h_resuscitated"),
+                        "h_final": r["h_final"]})
+    base = [r for r in metrics["runs"] if r["arm"] == "plain" and r["seed"] == min(metrics["seeds"])
+            and math.isclose(r["fraction"], max(x["fraction"] for x in metrics["runs"] if x["arm"] == "plain"))]
+    if base:
+        out.append({"ratio": 0.0, "q": 0.0, **gains(base[0], s), "h_resuscitated": base[0]["h_start"],
+                    "h_final": base[0]["h_final"]})
+    return out
+
+
+def entropy_vs_acquisition(metrics: dict[str, Any]) -> tuple[list[float], list[float]]:
+    """(H of the start checkpoint, acquisition) of every plain continual run."""
+    s = metrics["schedule"]
+    pairs = [(r["h_start"], gains(r, s)["acquired"]) for r in metrics["runs"] if r["arm"] == "plain"]
+    pairs = [(h, a) for h, a in pairs if np.isfinite(a)]
+    return [h for h, _ in pairs], [a for _, a in pairs]
+
+
+def _ci(e) -> str:
+    if e is None:
+        return "-"
+    if e.ci is None or not all(map(math.isfinite, e.ci)):
+        return fmt(e.value, ".3g")
+    return f"{fmt(e.value, '.3g')} [{fmt(e.ci[0], '.3g')}, {fmt(e.ci[1], '.3g')}]"
+
+
+def report_md(metrics: dict[str, Any], cfg) -> str:
+    parts = ["## Knowledge entropy over pretraining", ""]
+    rows = []
+    for c in metrics["curves"]:
+        for p in c["points"]:
+            rows.append([c["seed"], p["step"], fmt(p["h"], ".4f"), fmt(p["h"] / p["h_max"], ".4f")])
+    parts += [table(["seed", "step", "H", "H / (L log m)"], rows), ""]
+    rhos = entropy_rhos(metrics)
+    parts += [f"Spearman rho of H with the step, per seed: {', '.join(fmt(r, '.3f') for r in rhos)}.", ""]
+    if metrics["models"]:
+        parts += ["## Real pretrained models on the same probe documents", "",
+                  table(["model", "layers x width", "H", "H / (L log m)"],
+                        [[m["label"], f"{m['n_layers']} x {m['width']}", fmt(m["h"], ".3f"),
+                          fmt(m["h"] / m["h_max"], ".4f")] for m in metrics["models"]]), "",
+                  "Different widths and depths: the normalised value (the mean layer entropy over log m) is the one "
+                  "to compare with the curve above.", ""]
+    parts += ["## Continual training with injected facts (mean and 95% interval over seeds)", "",
+              table(["arm", "seeds", "acquired", "retained", "forgetting", "acq. paraphrase", "acq. once", "H start",
+                     "H resuscitated", "H end"],
+                    [[r["arm"], r["seeds"], *(_ci(r[k]) for k in ("acquired", "retained", "forgetting",
+                                                                   "acquired_paraphrase", "acquired_once", "h_start",
+                                                                   "h_resuscitated", "h_final"))]
+                     for r in arm_table(metrics)]), "",
+              "acquired / retained: fact-specific gain in log probability of the probes' targets (nats per token, "
+              "against never-injected facts) right after injection / at the end of the run.", ""]
+    h, acq = entropy_vs_acquisition(metrics)
+    if len(h) >= 3:
+        parts += [f"Across the plain runs (every seed and start checkpoint, n = {len(h)}), Spearman rho of the "
+                  f"start checkpoint's H with its acquisition: {fmt(spearman(h, acq), '.3f')} (descriptive: the "
+                  "checkpoints differ in more than H).", ""]
+    grid = grid_table(metrics)
+    if grid:
+        parts += ["## Resuscitation grid (p, q), first seed", "",
+                  table(["p", "q", "acquired", "retained", "forgetting", "H resuscitated", "H end"],
+                        [["none" if g["ratio"] == 0 else fmt(g["ratio"], "g"), "-" if g["q"] == 0 else fmt(g["q"], "g"),
+                          fmt(g["acquired"], ".3g"), fmt(g["retained"], ".3g"), fmt(g["forgetting"], ".3g"),
+                          fmt(g["h_resuscitated"], ".4f"), fmt(g["h_final"], ".4f")] for g in grid]), ""]
+    return "\n".join(parts)
+

@@ -1,0 +1,499 @@
+"""knowledge_entropy on Ray: pretraining runs (Ray Tune trials, each a Ray Train + DeepSpeed run
+keeping every checkpoint), the knowledge entropy of every checkpoint and of the real pretrained
+models (one Ray task each), then the continual runs as one Tune grid: from each start checkpoint,
+from the resuscitated last checkpoint and its controls, and over the (p, q) grid. Each continual
+trial prepares its start model in a Ray task (entropy before and after resuscitation, the probes'
+loss before training), then trains it through the shared loop with the facts injected, the
+probes' loss reported every round, and ends with the entropy of the trained model."""
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+
+from ...config import ConfigError, DataError
+from ...runtime import RunContext
+from ...sweep.grid import resumable, run_grid
+from . import data as facts_data
+from .config import Config
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def prepare(cfg: Config) -> dict[str, Any]:
+    """Every input read and checked before Ray starts (exit 2 on anything wrong)."""
+    d = cfg.data
+    if d.require_real:
+        missing = [k for k, v in (("data.corpus_jsonl", d.corpus_jsonl), ("data.facts_jsonl", d.facts_jsonl),
+                                  ("checkpoints", cfg.checkpoints)) if not v]
+        if missing:
+            raise ConfigError(f"data.require_real: this preset runs on real checkpoints and data only; set "
+                              f"{', '.join(missing)} (docs/studies/knowledge_entropy.md)")
+    inputs: dict[str, Any] = {}
+    if d.corpus_jsonl is not None:
+        inputs["corpus"] = read_corpus_jsonl(d.corpus_jsonl)
+        need, have = d.probe_docs + 1, len(inputs["corpus"])
+    else:
+        from ...corpora import reviews
+
+        need, have = d.pretrain_docs + d.probe_docs + 1, len(reviews(min_words=d.min_words))
+    if have < need:
+        raise ConfigError(f"the corpus has {have} documents: too few for data.pretrain_docs={d.pretrain_docs} and "
+                          f"data.probe_docs={d.probe_docs} with documents left for the continual runs")
+    if d.facts_jsonl is not None:
+        inputs["facts"] = facts_data.read_facts_jsonl(d.facts_jsonl)
+    for source in cfg.checkpoints:
+        path, _ = split_revision(source)
+        local = Path(path).expanduser()
+        if (local.exists() or path.startswith((".", "/", "~"))) and not (local / "config.json").is_file():
+            raise ConfigError(f"checkpoints: {source} is not a model checkpoint (no config.json there)")
+    if cfg.models:
+        from ...llm import pretrained
+
+        for name in cfg.models:
+            pretrained.check_available(name)
+    if not cfg.checkpoints:
+        from ...llm.model import TINY_MODELS
+
+        if cfg.pretrain.model not in TINY_MODELS:
+            raise ConfigError(f"pretrain.model: {cfg.pretrain.model!r} is not a named tiny model "
+                              f"({', '.join(TINY_MODELS)}); real checkpoints go in `checkpoints`")
+        if cfg.pretrain.steps < cfg.pretrain.checkpoints:
+            raise ConfigError(f"pretrain.steps={cfg.pretrain.steps} is fewer than pretrain.checkpoints="
+                              f"{cfg.pretrain.checkpoints}")
+    return inputs
+
+
+def read_corpus_jsonl(path) -> list[str]:
+    from ...llm.data import iter_jsonl
+
+    out = []
+    for where, rec in iter_jsonl(path):
+        if not isinstance(rec, dict) or not isinstance(rec.get("text"), str) or not rec["text"].strip():
+            raise DataError(f"{where}: expected {{\"text\": \"...\"}} with non-empty text")
+        out.append(rec["text"])
+    if not out:
+        raise DataError(f"{path} holds no documents")
+    return out
+
+
+def split_revision(source: str) -> tuple[str, str | None]:
+    """``id@revision`` -> (id, revision); a source without ``@`` has no revision."""
+    head, sep, rev = source.rpartition("@")
+    return (head, rev) if sep and head and "/" not in rev else (source, None)
+
+
+def checkpoint_step(source: str, index: int) -> int:
+    """The pretraining step of a real checkpoint, read from its revision (``step738020-...``),
+    else its position in the list."""
+    _, rev = split_revision(source)
+    m = re.search(r"step(\d+)", rev or "")
+    return int(m.group(1)) if m else index
+
+
+# ----------------------------------------------------------------------------- shared data
+
+
+@dataclass
+class World:
+    """What every task and trial shares: the tokenizer, the packed pretraining and continual rows,
+    the probe set (token ids and mask) and the probe texts for the real models."""
+
+    tokenizer_files: dict[str, bytes]
+    pretrain_rows: list
+    corpus_rows: list
+    probe_ids: np.ndarray
+    probe_mask: np.ndarray
+    probe_texts: list[str]
+    seq_len: int
+    facts_file: Any = None
+    facts_per_split: int = 24
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def tokenizer(self):
+        from ...llm.recipe import load_tokenizer
+
+        return load_tokenizer(self.tokenizer_files)
+
+    def facts(self, seed: int) -> facts_data.FactSet:
+        return self.facts_file if self.facts_file is not None else facts_data.generate(self.facts_per_split, seed)
+
+
+def probe_tensors(tokenizer, texts: list[str], seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each probe document's first ``seq_len`` tokens (BOS first where the tokenizer has one),
+    right-padded, with its mask."""
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    ids = np.full((len(texts), seq_len), pad, dtype=np.int64)
+    mask = np.zeros((len(texts), seq_len), dtype=np.int64)
+    for i, t in enumerate(texts):
+        tok = (bos + tokenizer(t, add_special_tokens=False).input_ids)[:seq_len]
+        ids[i, :len(tok)] = tok
+        mask[i, :len(tok)] = 1
+    return ids, mask
+
+
+def build_world(cfg: Config, inputs: dict[str, Any]) -> World:
+    from ...llm import data as llm_data
+    from ...llm.recipe import read_files
+
+    d = cfg.data
+    if "corpus" in inputs:
+        texts = inputs["corpus"]
+        pre, probe, rest = [], texts[:d.probe_docs], texts[d.probe_docs:]
+    else:
+        from ...corpora import reviews
+
+        texts = reviews(min_words=d.min_words)
+        pre = texts[:d.pretrain_docs]
+        probe = texts[d.pretrain_docs:d.pretrain_docs + d.probe_docs]
+        rest = texts[d.pretrain_docs + d.probe_docs:]
+    if cfg.checkpoints:
+        from transformers import AutoTokenizer
+
+        path, rev = split_revision(cfg.checkpoints[0])
+        tok = AutoTokenizer.from_pretrained(path, revision=rev)
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+    else:
+        from ...llm.model import build_tokenizer
+
+        tok = build_tokenizer(pre[:5000], vocab_size=d.vocab_size)
+    seq, pad = d.seq_len, tok.pad_token_id
+
+    def rows(docs):
+        return llm_data.pack([e for t in docs for e in llm_data.encode_text(tok, t, seq)], seq, pad)
+
+    pre_rows, corpus_rows = rows(pre), rows(rest)
+    ids, mask = probe_tensors(tok, probe, seq)
+    with tempfile.TemporaryDirectory() as tmp:
+        tok.save_pretrained(tmp)
+        files = read_files(tmp)
+    stats = {"corpus": "JSONL" if "corpus" in inputs else "reviews", "pretrain_docs": len(pre),
+             "pretrain_rows": len(pre_rows), "pretrain_tokens": sum(r.n_real for r in pre_rows),
+             "probe_docs": len(probe), "probe_tokens": int(mask.sum()), "continual_rows": len(corpus_rows),
+             "vocab_size": len(tok), "facts": inputs["facts"].source if "facts" in inputs else "generated"}
+    return World(files, pre_rows, corpus_rows, ids, mask, probe, seq, inputs.get("facts"), d.facts_per_split, stats)
+
+
+def seed_data(world: World, cfg: Config, seed: int, tok) -> dict[str, Any]:
+    """One continual run's data: rows (corpus, then every round's fact rows), the step order, the
+    probes per split as packed eval rows, and the injection steps."""
+    from ...llm import data as llm_data
+
+    c = cfg.continual
+    fs = world.facts(seed)
+    seq, pad = world.seq_len, tok.pad_token_id
+    rows = list(world.corpus_rows)
+    fact_rows = []
+    for r in range(c.rounds):
+        enc = [e for t in facts_data.injection_texts(fs, r) for e in llm_data.encode_text(tok, t, seq)]
+        packed = llm_data.pack(enc, seq, pad)
+        fact_rows.append(list(range(len(rows), len(rows) + len(packed))))
+        rows += packed
+    inject_at = facts_data.injection_steps(c.rounds, c.round_steps)
+    rows_per_step = c.batch
+    try:
+        order = facts_data.continual_order(len(world.corpus_rows), fact_rows, rows_per_step, c.steps(), inject_at,
+                                           c.round_steps, seed)
+    except ValueError as exc:
+        raise ConfigError(f"continual.batch={c.batch}, continual.round_steps={c.round_steps}: {exc}") from None
+    evals = {s: llm_data.pack(facts_data.encode_probes(tok, fs.split(s)), seq, pad) for s in facts_data.SPLITS}
+    return {"rows": rows, "order": order, "eval_rows": evals, "inject_at": inject_at,
+            "fact_rows": [len(x) for x in fact_rows], "counts": fs.counts()}
+
+
+# ----------------------------------------------------------------------------- models and entropy
+
+
+def load_start(source: str, world: World | None = None, seed: int = 0, model_name: str = ""):
+    """A start model: ``init`` (the named tiny model as the pretraining loop builds it at step 0),
+    a checkpoint folder, or an HF id with ``@revision``."""
+    import torch
+
+    torch.set_num_threads(1)
+    if source == "init":
+        from ...llm.model import build_model
+
+        return build_model(model_name, world.tokenizer(), seed=seed)
+    from transformers import AutoModelForCausalLM
+
+    path, rev = split_revision(source)
+    return AutoModelForCausalLM.from_pretrained(path, revision=rev)
+
+
+def _device_model(model):
+    import torch
+
+    return model.to("cuda") if torch.cuda.is_available() else model
+
+
+def entropy_record(model, ids: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
+    """H, the per-layer entropies and the width of a model on a probe set."""
+    import torch
+
+    from .entropy import coefficient_means, layer_entropies
+
+    c_bar = coefficient_means(model.eval(), torch.from_numpy(ids), torch.from_numpy(mask))
+    layers = layer_entropies(c_bar)
+    return {"h": float(layers.sum()), "layers": layers.tolist(), "n_layers": int(c_bar.shape[0]),
+            "width": int(c_bar.shape[1]), "h_max": float(c_bar.shape[0] * np.log(c_bar.shape[1]))}
+
+
+@ray.remote(num_cpus=1)
+def checkpoint_entropy(source: str, world: World, seed: int, model_name: str) -> dict[str, Any]:
+    """Knowledge entropy of one pretraining checkpoint on the probe set."""
+    model = _device_model(load_start(source, world, seed, model_name))
+    return entropy_record(model, world.probe_ids, world.probe_mask)
+
+
+@ray.remote(num_cpus=1)
+def model_entropy(name: str, texts: list[str], seq_len: int) -> dict[str, Any]:
+    """Knowledge entropy of a real pretrained model on the probe documents, in its own tokens."""
+    import torch
+
+    from ...llm import pretrained
+
+    torch.set_num_threads(1)
+    model, tok = pretrained.load(name)
+    ids, mask = probe_tensors(tok, texts, seq_len)
+    out = entropy_record(_device_model(model), ids, mask)
+    out["name"] = name
+    out["label"] = pretrained.PACKAGED[name].note if name in pretrained.PACKAGED else name
+    out["params"] = int(sum(p.numel() for p in model.parameters()))
+    return out
+
+
+def probe_losses(model, eval_rows: dict[str, list]) -> dict[str, float]:
+    """Per split, the probes' targets' mean negative log probability per token (what the loop's
+    evaluation reports as ``eval_loss_<split>``)."""
+    import torch
+
+    from ...llm.data import collate
+    from ...llm.loss import summed_token_loss
+
+    out = {}
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        for split, rows in eval_rows.items():
+            total, n = 0.0, 0
+            for i in range(0, len(rows), 8):
+                b = collate(rows[i:i + 8])
+                logits = model(input_ids=b["input_ids"].to(device), position_ids=b["position_ids"].to(device),
+                               use_cache=False).logits
+                loss, k = summed_token_loss(logits, b["labels"].to(device))
+                total, n = total + loss.item(), n + k
+            out[split] = total / max(n, 1)
+    return out
+
+
+@ray.remote(num_cpus=0.5)
+def start_model(spec: dict[str, Any], world: World, eval_rows: dict[str, list], out_dir: str) -> dict[str, Any]:
+    """A continual trial's start: the checkpoint loaded, its entropy; resuscitated (``resus``: the
+    lowest-C_bar neurons, ``random``: as many random neurons with the same factors) and its entropy
+    again; the probes' loss before training; saved with the tokenizer to ``out_dir``."""
+    import torch
+
+    from . import entropy as ke
+
+    model = _device_model(load_start(spec["source"]))
+    model.eval()
+    ids, mask = torch.from_numpy(world.probe_ids), torch.from_numpy(world.probe_mask)
+    c_bar = ke.coefficient_means(model, ids, mask)
+    out: dict[str, Any] = {"h_start": ke.knowledge_entropy(c_bar), "h_start_layers": ke.layer_entropies(c_bar).tolist()}
+    if spec["arm"] != "plain":
+        plan = ke.resuscitation_factors(c_bar, spec["ratio"], spec["q"])
+        if spec["arm"] == "random":
+            plan = ke.random_like(plan, [c.shape[0] for c in c_bar], seed=spec["seed"])
+        ke.resuscitate(model, plan)
+        after = ke.coefficient_means(model, ids, mask)
+        out["h_resuscitated"] = ke.knowledge_entropy(after)
+        out["h_resuscitated_layers"] = ke.layer_entropies(after).tolist()
+        out["neurons_scaled"] = int(sum(len(n) for n in plan.neurons))
+        out["mean_factor"] = float(np.mean(np.concatenate(plan.factors)))
+    out["eval0"] = probe_losses(model, eval_rows)
+    model.cpu().save_pretrained(out_dir)
+    world.tokenizer().save_pretrained(out_dir)
+    return out
+
+
+class EntropyScore:
+    """``final_eval`` of a continual run: the trained model's knowledge entropy on the probe set
+    (rank 0, on the final checkpoint's weights)."""
+
+    def __init__(self, ids: np.ndarray, mask: np.ndarray):
+        self.ids, self.mask = ids, mask
+
+    def __call__(self, model, tokenizer) -> dict[str, float]:
+        return {"h_final": entropy_record(_device_model(model), self.ids, self.mask)["h"]}
+
+
+# ----------------------------------------------------------------------------- trials
+
+
+def _train_config(section, model: str, seed: int, steps: int, **extra):
+    from ...llm.recipe import TrainConfig
+
+    return TrainConfig(model=model, micro_batch_size=section.batch // section.num_workers, grad_accum=1,
+                       max_steps=steps, lr=section.lr, weight_decay=section.weight_decay, schedule="cosine",
+                       warmup_steps=section.warmup_steps, min_lr_ratio=section.min_lr_ratio, zero_stage=2,
+                       num_workers=section.num_workers, seed=seed, max_failures=1, **extra)
+
+
+@resumable
+def pretrain_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, world_box: list) -> dict[str, Any]:
+    """One pretraining run: the named tiny model trained on the review rows through the shared
+    loop, a checkpoint every steps/checkpoints steps, all kept. (``world_box`` holds the World's
+    object ref, so it is stored once for every trial and task.)"""
+    from ...llm.train import checkpoints, fit, read_steps
+
+    world: World = ray.get(world_box[0])
+    p, seed = cfg.pretrain, config["spec"]["seed"]
+    every = max(1, p.steps // p.checkpoints)
+    tcfg = _train_config(p, p.model, seed, p.steps, checkpoint_every=every, keep_checkpoints=0,
+                         log_every=max(1, every // 4))
+    result = fit(tcfg, world.pretrain_rows, world.tokenizer(), trial_dir, "train")
+    kept = [[step, str(path / "model")] for step, path in checkpoints(result)]
+    curve = [{"step": s["step"], "loss": s["loss"]} for s in read_steps(trial_dir, "train")]
+    return {"scores": {"loss": result.metrics["loss"]}, "checkpoints": kept, "curve": curve}
+
+
+@resumable
+def continual_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, world_box: list) -> dict[str, Any]:
+    """One continual run (spec: seed, start checkpoint, arm, p, q): the start prepared in a Ray
+    task, then trained with the facts injected; the probes' losses at every evaluation."""
+    from ...llm.train import fit, read_steps
+
+    world: World = ray.get(world_box[0])
+    spec = config["spec"]
+    tok = world.tokenizer()
+    sd = seed_data(world, cfg, spec["seed"], tok)
+    start_dir = trial_dir / "start_model"
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    # outside the trial's placement group (a sliver of CPU): the task takes its own resources
+    opts: dict[str, Any] = {"scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=None)}
+    if cfg.gpus_per_task:
+        opts["num_gpus"] = cfg.gpus_per_task
+    start = ray.get(start_model.options(**opts).remote(spec, world_box[0], sd["eval_rows"], str(start_dir)))
+    c = cfg.continual
+    tcfg = _train_config(c, str(start_dir), spec["seed"], c.steps(), eval_every=c.round_steps,
+                         log_every=c.round_steps)
+    result = fit(tcfg, sd["rows"], tok, trial_dir, "train", order=sd["order"], eval_rows=sd["eval_rows"],
+                 final_eval=EntropyScore(world.probe_ids, world.probe_mask))
+    curve = [{"step": s["step"], "loss": s["loss"], **{k: s[f"eval_loss_{k}"] for k in facts_data.SPLITS}}
+             for s in read_steps(trial_dir, "train") if "eval_loss_paraphrase" in s]
+    return {"scores": {"h_final": result.metrics["h_final"]}, **start, "h_final": result.metrics["h_final"],
+            "curve": curve, "inject_at": sd["inject_at"], "fact_rows": sd["fact_rows"], "counts": sd["counts"]}
+
+
+def continual_specs(cfg: Config, starts: dict[int, list[tuple[int, str]]]) -> list[dict[str, Any]]:
+    """Every continual run, each once: per seed, plain runs from each start checkpoint; from the
+    last one, resuscitation (p, q), the random-neuron control (p, q) and q = 1; for the first seed,
+    the (p, q) grid."""
+    r = cfg.resuscitation
+    specs: dict[str, dict[str, Any]] = {}
+
+    def add(seed: int, ckpt: tuple[int, str], fraction: float, arm: str, ratio: float | None = None,
+            q: float | None = None, role: str = "main") -> None:
+        label = f"s{seed}_step{ckpt[0]}_{arm}" + (f"_p{ratio:g}_q{q:g}" if arm != "plain" else "")
+        spec = specs.setdefault(label, {"label": label, "seed": seed, "step": ckpt[0], "source": ckpt[1],
+                                        "fraction": fraction, "arm": arm, "ratio": ratio, "q": q, "roles": []})
+        if role not in spec["roles"]:
+            spec["roles"].append(role)
+
+    for seed, kept in starts.items():
+        chosen = pick_starts(kept, cfg.continual.starts)
+        for f, ckpt in zip(cfg.continual.starts, chosen):
+            add(seed, ckpt, f, "plain")
+        late = chosen[-1]
+        add(seed, late, 1.0, "resus", r.ratio, r.q)
+        add(seed, late, 1.0, "random", r.ratio, r.q)
+        add(seed, late, 1.0, "resus", r.ratio, 1.0, role="q1")
+        if seed == min(starts):
+            for p in r.grid_ratios:
+                for q in r.grid_qs:
+                    add(seed, late, 1.0, "resus", p, q, role="grid")
+    return list(specs.values())
+
+
+def pick_starts(kept: list[tuple[int, str]], fractions: list[float]) -> list[tuple[int, str]]:
+    """The saved checkpoint nearest each fraction of the run (by step); the last fraction is the
+    final checkpoint when it is 1."""
+    steps = np.array([s for s, _ in kept], float)
+    last = steps.max()
+    return [kept[int(np.argmin(np.abs(steps - f * last)))] for f in fractions]
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
+    world = build_world(cfg, ctx.inputs)
+    ctx.log(stage="data", **world.stats)
+    ctx.say("data: %s", world.stats)
+    root = ctx.run_dir.path
+    world_ref = ray.put(world)
+    seeds = list(range(cfg.seed, cfg.seed + cfg.pretrain.seeds)) if not cfg.checkpoints else [cfg.seed]
+
+    # 1. pretraining (or the real checkpoints)
+    pretrain_curves: dict[int, list] = {}
+    if cfg.checkpoints:
+        kept = {cfg.seed: [(checkpoint_step(s, i), s) for i, s in enumerate(cfg.checkpoints)]}
+        init = False
+    else:
+        ctx.say("pretraining: %d runs of %d steps (%s), %d checkpoints each ...", len(seeds), cfg.pretrain.steps,
+                cfg.pretrain.model, cfg.pretrain.checkpoints)
+        specs = [{"label": f"seed{s}", "seed": s} for s in seeds]
+        trials = run_grid(pretrain_trial, specs, storage=root / "tune", name="pretrain",
+                          max_concurrent_trials=cfg.max_concurrent_trials, cfg=cfg, world_box=[world_ref])
+        kept = {t.spec["seed"]: [(int(s), p) for s, p in t.final["checkpoints"]] for t in trials}
+        pretrain_curves = {t.spec["seed"]: t.final["curve"] for t in trials}
+        init = True
+
+    # 2. knowledge entropy of every checkpoint, and of the real models
+    opts = {"num_gpus": cfg.gpus_per_task} if cfg.gpus_per_task else {}
+    refs = {(seed, step): checkpoint_entropy.options(**opts).remote(src, world_ref, seed, cfg.pretrain.model)
+            for seed, ks in kept.items() for step, src in ks}
+    if init:
+        refs.update({(seed, 0): checkpoint_entropy.remote("init", world_ref, seed, cfg.pretrain.model)
+                     for seed in kept})
+    texts = world.probe_texts[:cfg.model_probe_docs]
+    model_refs = [model_entropy.options(**opts).remote(name, texts, world.seq_len) for name in cfg.models]
+    ctx.say("knowledge entropy: %d checkpoints, %d pretrained models ...", len(refs), len(model_refs))
+    values = ctx.wait_all(list(refs.values()) + model_refs, "entropy per checkpoint")
+    by_key = dict(zip(refs, values[:len(refs)]))
+    curves = []
+    for seed in kept:
+        points = [{"step": step, **rec} for (s, step), rec in sorted(by_key.items()) if s == seed]
+        curves.append({"seed": seed, "points": points, "pretrain_loss": pretrain_curves.get(seed, [])})
+        ctx.log(kind="entropy_curve", seed=seed, steps=[p["step"] for p in points], h=[p["h"] for p in points])
+        ctx.say("seed %d: H %s", seed, " ".join(f"{p['h']:.3f}" for p in points))
+    models = values[len(refs):]
+    for m in models:
+        ctx.log(kind="model_entropy", name=m["name"], h=m["h"], h_max=m["h_max"])
+        ctx.say("%s: H %.3f of at most %.3f (%d layers x %d)", m["name"], m["h"], m["h_max"], m["n_layers"], m["width"])
+
+    # 3. continual runs: start checkpoints, resuscitation and its controls, the (p, q) grid
+    specs = continual_specs(cfg, {s: [(st, src) for st, src in ks] for s, ks in kept.items()})
+    ctx.say("continual training: %d runs of %d steps (%d at a time) ...", len(specs), cfg.continual.steps(),
+            cfg.max_concurrent_trials)
+    trials = run_grid(continual_trial, specs, storage=root / "tune", name="continual",
+                      max_concurrent_trials=cfg.max_concurrent_trials, cfg=cfg, world_box=[world_ref])
+    runs = []
+    for t in trials:
+        rec = {k: t.spec[k] for k in ("label", "seed", "step", "fraction", "arm", "ratio", "q", "roles")}
+        rec.update({k: t.final[k] for k in ("h_start", "h_resuscitated", "h_final", "eval0", "curve", "inject_at",
+                                            "counts", "neurons_scaled", "mean_factor") if k in t.final})
+        runs.append(rec)
+        ctx.log(kind="continual", label=rec["label"], h_start=rec["h_start"], h_final=rec["h_final"])
+    schedule = {"rounds": cfg.continual.rounds, "round_steps": cfg.continual.round_steps,
+                "steps": cfg.continual.steps(), "inject_at": facts_data.injection_steps(cfg.continual.rounds,
+                                                                                        cfg.continual.round_steps)}
+    return {"data": world.stats, "seeds": seeds, "curves": curves, "models": models, "runs": runs,
+            "schedule": schedule, "pretrained_here": init}
