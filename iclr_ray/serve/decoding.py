@@ -88,7 +88,7 @@ def decode(model, tokenizer, prompts: Sequence[Sequence[int]], params: Sequence[
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
-    cache_kw = _cache_keyword(model)
+    cache_kw = cache_keyword(model)
     past = None
     step_input = ids
     max_steps = max(sp.max_tokens for sp in params)
@@ -111,7 +111,7 @@ def decode(model, tokenizer, prompts: Sequence[Sequence[int]], params: Sequence[
         mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=device)], dim=1)
 
 
-def _cache_keyword(model) -> str:
+def cache_keyword(model) -> str:
     """transformers 5 calls the KV cache ``cache``; 4.x called it ``past_key_values``."""
     import inspect
 

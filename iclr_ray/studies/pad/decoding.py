@@ -27,7 +27,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from ...serve.decoding import SamplingParams, Strategy, _cache_keyword
+from ...serve.decoding import SamplingParams, Strategy, cache_keyword
 
 
 def pad_scores(base_logits: torch.Tensor, prm_logits: torch.Tensor, k: int,
@@ -64,7 +64,7 @@ class PADStrategy(Strategy):
         self.pending = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prm_prompts], device=self.device)
         self.mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prm_prompts], device=self.device)
         self.past = None
-        self.cache_kw = _cache_keyword(prm)
+        self.cache_kw = cache_keyword(prm)
         self.steps = 0
         self.prm_calls = 0
         self.rewards: list[torch.Tensor] = []
