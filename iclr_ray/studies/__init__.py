@@ -65,7 +65,8 @@ REGISTRY: dict[str, Entry] = {e.id: e for e in (
           "Pretraining Hinders New Knowledge Acquisition. ICLR 2025",
           ("Ray Tune: pretraining runs, and the continual runs as one grid (start checkpoints, resuscitation and "
            "its controls, the (p, q) grid)", "Ray Train + DeepSpeed: every pretraining and continual run",
-           "tasks: knowledge entropy per checkpoint and per real model, each continual run's start model"),
+           "tasks: knowledge entropy per checkpoint and per real model (and each continual run's start model on "
+           "a GPU cluster)"),
           extra="llm", needs=("torch", "transformers", "deepspeed")),
     Entry("mab_cs", "Bandits with cost subsidy: Pairwise Elimination (PE, PE-CS) against CS-UCB/TS/ETC",
           "Juneja, Joe-Wong, Yağan. Pairwise Elimination with Instance-Dependent Guarantees for Bandits with Cost "

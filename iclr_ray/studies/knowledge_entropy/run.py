@@ -2,8 +2,8 @@
 keeping every checkpoint), the knowledge entropy of every checkpoint and of the real pretrained
 models (one Ray task each), then the continual runs as one Tune grid: from each start checkpoint,
 from the resuscitated last checkpoint and its controls, and over the (p, q) grid. Each continual
-trial prepares its start model in a Ray task (entropy before and after resuscitation, the probes'
-loss before training), then trains it through the shared loop with the facts injected, the
+trial prepares its start model (entropy before and after resuscitation, the probes' loss before
+training; in a Ray task where it needs a GPU), then trains it through the shared loop with the facts injected, the
 probes' loss reported every round, and ends with the entropy of the trained model."""
 from __future__ import annotations
 
@@ -293,6 +293,11 @@ def probe_losses(model, eval_rows: dict[str, list]) -> dict[str, float]:
 
 
 @ray.remote(num_cpus=0.5)
+def start_model_task(spec: dict[str, Any], world: World, eval_rows: dict[str, list], out_dir: str) -> dict[str, Any]:
+    """:func:`start_model` as a Ray task, where it needs a GPU (``gpus_per_task``)."""
+    return start_model(spec, world, eval_rows, out_dir)
+
+
 def start_model(spec: dict[str, Any], world: World, eval_rows: dict[str, list], out_dir: str) -> dict[str, Any]:
     """A continual trial's start: the checkpoint loaded, its entropy; resuscitated (``resus``: the
     lowest-C_bar neurons, ``random``: as many random neurons with the same factors) and its entropy
@@ -367,20 +372,27 @@ def pretrain_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, worl
 def continual_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, world_box: list) -> dict[str, Any]:
     """One continual run (spec: seed, start checkpoint, arm, p, q): the start prepared in a Ray
     task, then trained with the facts injected; the probes' losses at every evaluation."""
+    import time
+
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
     from ...llm.train import fit, read_steps
 
+    t0 = time.perf_counter()
     world: World = ray.get(world_box[0])
     spec = config["spec"]
     tok = world.tokenizer()
     sd = seed_data(world, cfg, spec["seed"], tok)
     start_dir = trial_dir / "start_model"
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    t1 = time.perf_counter()
 
-    # outside the trial's placement group (a sliver of CPU): the task takes its own resources
-    opts: dict[str, Any] = {"scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=None)}
-    if cfg.gpus_per_task:
-        opts["num_gpus"] = cfg.gpus_per_task
-    start = ray.get(start_model.options(**opts).remote(spec, world_box[0], sd["eval_rows"], str(start_dir)))
+    if cfg.gpus_per_task:  # a Ray task with a GPU, outside the trial's placement group (a sliver of CPU)
+        opts = {"scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=None),
+                "num_gpus": cfg.gpus_per_task}
+        start = ray.get(start_model_task.options(**opts).remote(spec, world_box[0], sd["eval_rows"], str(start_dir)))
+    else:  # on CPU, here: a task would start a fresh worker process (imports) for seconds of work
+        start = start_model(spec, world, sd["eval_rows"], str(start_dir))
+    t2 = time.perf_counter()
     c = cfg.continual
     tcfg = _train_config(c, str(start_dir), spec["seed"], c.steps(), eval_every=c.round_steps,
                          log_every=c.round_steps)
@@ -388,8 +400,11 @@ def continual_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, wor
                  final_eval=EntropyScore(world.probe_ids, world.probe_mask))
     curve = [{"step": s["step"], "loss": s["loss"], **{k: s[f"eval_loss_{k}"] for k in facts_data.SPLITS}}
              for s in read_steps(trial_dir, "train") if "eval_loss_paraphrase" in s]
+    train_s = sum(s["seconds"] for s in read_steps(trial_dir, "train"))
+    seconds = {"data": t1 - t0, "start_model": t2 - t1, "fit": time.perf_counter() - t2, "training_steps": train_s}
     return {"scores": {"h_final": result.metrics["h_final"]}, **start, "h_final": result.metrics["h_final"],
-            "curve": curve, "inject_at": sd["inject_at"], "fact_rows": sd["fact_rows"], "counts": sd["counts"]}
+            "curve": curve, "inject_at": sd["inject_at"], "fact_rows": sd["fact_rows"], "counts": sd["counts"],
+            "seconds": seconds}
 
 
 def continual_specs(cfg: Config, starts: dict[int, list[tuple[int, str]]]) -> list[dict[str, Any]]:
@@ -489,7 +504,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     for t in trials:
         rec = {k: t.spec[k] for k in ("label", "seed", "step", "fraction", "arm", "ratio", "q", "roles")}
         rec.update({k: t.final[k] for k in ("h_start", "h_resuscitated", "h_final", "eval0", "curve", "inject_at",
-                                            "counts", "neurons_scaled", "mean_factor") if k in t.final})
+                                            "counts", "neurons_scaled", "mean_factor", "seconds") if k in t.final})
         runs.append(rec)
         ctx.log(kind="continual", label=rec["label"], h_start=rec["h_start"], h_final=rec["h_final"])
     schedule = {"rounds": cfg.continual.rounds, "round_steps": cfg.continual.round_steps,
