@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ...claims import Claim, exact, mean, paired_difference
+from ...claims import Claim, mean, paired_difference
 from ...markdown import fmt, table
 from .data import INJECTED
 
@@ -137,10 +137,10 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
                        "knowledge entropy than the unmodified one: H_end(resuscitated) - H_end(last)",
                        _paired(per_seed(metrics, a["resuscitated"], "h_final"), per_seed(metrics, late, "h_final")),
                        0.0),
-        Claim.at_least("resuscitation_raises_entropy", "Resuscitation raises knowledge entropy at once: the "
-                       "smallest H(resuscitated) - H(last) over seeds, before training",
-                       exact(min(res[k] - start[k] for k in res)) if res else exact(math.nan), 0.0, check=True,
-                       note="by construction: the lowest coefficients are raised towards the layer mean"),
+        Claim.at_least("resuscitation_raises_entropy", "Resuscitation raises knowledge entropy: H(resuscitated) - "
+                       "H(last), before training", _paired(res, start), 0.0,
+                       note="not by construction: q > 1 lifts the chosen neurons above the layer mean, which can "
+                            "make an already even layer less even"),
     ]
     return out
 
