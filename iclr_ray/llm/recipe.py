@@ -143,6 +143,18 @@ class Recipe(ABC):
         return 0
 
 
+def build_causal_lm(cfg: TrainConfig, tokenizer):
+    """The causal LM a run starts from: ``cfg.model`` as a named tiny model sized to ``tokenizer``
+    (seeded by ``cfg.seed``), or a checkpoint folder / HF id."""
+    from transformers import AutoModelForCausalLM
+
+    from .model import TINY_MODELS, build_model
+
+    if cfg.model in TINY_MODELS:
+        return build_model(cfg.model, tokenizer, seed=cfg.seed)
+    return AutoModelForCausalLM.from_pretrained(cfg.model)
+
+
 class ChatRecipe(Recipe):
     """Causal-LM training of a Hugging Face model on packed rows (SFT and pre-training)."""
 
@@ -160,13 +172,7 @@ class ChatRecipe(Recipe):
         self.tokenizer = load_tokenizer(self.tokenizer_files)
 
     def build_model(self, cfg: TrainConfig):
-        from transformers import AutoModelForCausalLM
-
-        from .model import TINY_MODELS, build_model
-
-        if cfg.model in TINY_MODELS:
-            return build_model(cfg.model, self.tokenizer, seed=cfg.seed)
-        return AutoModelForCausalLM.from_pretrained(cfg.model)
+        return build_causal_lm(cfg, self.tokenizer)
 
     def step_batches(self, step: int, cfg: TrainConfig) -> list[tuple[dict[str, Any], int]]:
         rows_now = step_rows(self.rows, step, cfg, cfg.seed, self.order)

@@ -1,0 +1,115 @@
+"""The personalised reward model's training as a recipe of the shared Train loop: DPO on preference
+pairs whose prompt carries the preference as text (dpo.py holds the objective). No I/O; Ray only
+to resolve object refs in the worker.
+
+Each pair is (prompt, chosen, rejected) as token ids. A micro-batch holds its pairs' chosen
+sequences, then their rejected ones, right-padded with an attention mask, labels on the response
+tokens only. The reference model is the policy's own starting point (the same ``cfg.model``, the
+same seed), so its log-probabilities are computed once per worker, at the first step, and cached:
+the reference is never run again. The loss of a micro-batch is the sum of its pairs' DPO losses;
+its units are pairs (the loop divides by the step's pairs).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ...llm.data import IGNORE
+from ...llm.recipe import Recipe, TrainConfig, build_causal_lm, step_rows
+
+
+@dataclass
+class Pair:
+    prompt: list[int]
+    chosen: list[int]
+    rejected: list[int]
+
+
+def collate_pairs(pairs: Sequence[Pair], pad_id: int) -> dict[str, Any]:
+    """Chosen sequences (prompt + chosen) then rejected ones, right-padded: input_ids,
+    attention_mask and labels [2B, T] (IGNORE on the prompt and the padding)."""
+    import torch
+
+    seqs = [(p.prompt, p.chosen) for p in pairs] + [(p.prompt, p.rejected) for p in pairs]
+    width = max(len(a) + len(b) for a, b in seqs)
+    ids, mask, labels = [], [], []
+    for prompt, resp in seqs:
+        n = len(prompt) + len(resp)
+        ids.append(prompt + resp + [pad_id] * (width - n))
+        mask.append([1] * n + [0] * (width - n))
+        labels.append([IGNORE] * len(prompt) + resp + [IGNORE] * (width - n))
+    return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(mask), "labels": torch.tensor(labels)}
+
+
+def _resolve(value):
+    import ray
+
+    return ray.get(value) if isinstance(value, ray.ObjectRef) else value
+
+
+class DPORecipe(Recipe):
+    """DPO of a causal LM against its own starting point (``cfg.model``: a named tiny model, a
+    checkpoint folder or an HF id), ``pairs`` (a list of :class:`Pair`, or an object ref to one)
+    in a deterministic per-epoch order."""
+
+    def __init__(self, pairs, tokenizer_files: dict[str, bytes], beta: float = 0.1):
+        self.pairs_ref, self.tokenizer_files, self.beta = pairs, tokenizer_files, beta
+        self._ref_logps = None
+
+    def setup(self) -> None:
+        from ...llm.recipe import load_tokenizer
+
+        self.pairs: list[Pair] = _resolve(self.pairs_ref)
+        self.tokenizer = load_tokenizer(self.tokenizer_files)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+    def build_model(self, cfg: TrainConfig):
+        return build_causal_lm(cfg, self.tokenizer)
+
+    def _micro_batches(self, step: int, cfg: TrainConfig) -> list[list[int]]:
+        """The pair indices of each micro-batch of ``step`` (a seeded permutation per epoch)."""
+        idx = step_rows(list(range(len(self.pairs))), step, cfg, cfg.seed)
+        return [idx[i:i + cfg.micro_batch_size] for i in range(0, len(idx), cfg.micro_batch_size)]
+
+    def reference_logps(self, cfg: TrainConfig):
+        """log pi_ref of every pair's chosen and rejected response, [N, 2], computed once."""
+        import torch
+
+        from .dpo import sequence_logps
+
+        if self._ref_logps is None:
+            ref = self.build_model(cfg).eval()
+            out = []
+            with torch.no_grad():
+                for lo in range(0, len(self.pairs), 16):
+                    chunk = self.pairs[lo:lo + 16]
+                    b = collate_pairs(chunk, self.pad_id)
+                    lp = sequence_logps(ref(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                                            use_cache=False).logits, b["labels"])
+                    out.append(torch.stack([lp[:len(chunk)], lp[len(chunk):]], dim=1))
+            self._ref_logps = torch.cat(out).double()
+        return self._ref_logps
+
+    def step_batches(self, step: int, cfg: TrainConfig) -> list[tuple[dict[str, Any], int]]:
+        ref = self.reference_logps(cfg)
+        out = []
+        for idx in self._micro_batches(step, cfg):
+            b = collate_pairs([self.pairs[i] for i in idx], self.pad_id)
+            b["ref_chosen"], b["ref_rejected"] = ref[idx, 0].float(), ref[idx, 1].float()
+            out.append((b, int(b["attention_mask"].sum())))
+        return out
+
+    def loss(self, engine, batch: dict[str, Any]):
+        from .dpo import dpo_losses, sequence_logps
+
+        logits = engine(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
+        lp = sequence_logps(logits, batch["labels"])
+        n = len(batch["ref_chosen"])
+        losses, _, _ = dpo_losses(lp[:n], lp[n:], batch["ref_chosen"], batch["ref_rejected"], self.beta)
+        return losses.sum()
+
+    def units(self, batch: dict[str, Any]) -> int:
+        return len(batch["ref_chosen"])
+
+    def seq_len(self) -> int:
+        return max((len(p.prompt) + max(len(p.chosen), len(p.rejected)) for p in self.pairs), default=0)
