@@ -6,8 +6,8 @@ packed rows, the deterministic step schedule (:func:`step_rows`), the optimiser 
 torch loop in one process.
 
 ``llm.train`` runs a recipe on Ray Train with DeepSpeed; the parity test holds that loop to
-:func:`reference_losses` step by step. Nothing here imports Ray (``ChatRecipe.setup`` resolves its
-object refs in the worker).
+:func:`reference_losses` step by step. Nothing here imports Ray at module level (:func:`resolve`
+turns a recipe's object refs into values in the worker).
 """
 from __future__ import annotations
 
@@ -98,6 +98,14 @@ def read_files(directory: str | Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in Path(directory).iterdir() if p.is_file()}
 
 
+def resolve(value):
+    """A recipe's input inside the worker: an object ref's value, anything else as it is (a recipe
+    run in this process by :func:`reference_losses` holds plain values)."""
+    import ray
+
+    return ray.get(value) if isinstance(value, ray.ObjectRef) else value
+
+
 class Recipe(ABC):
     """What a run trains and on what: the parts of the loop a study fills in. The loop (DeepSpeed
     engine, step schedule, loss normalisation, metrics, checkpoints, resume, Ray Train reports) is
@@ -164,11 +172,9 @@ class ChatRecipe(Recipe):
         self.final_eval = final_eval
 
     def setup(self) -> None:
-        import ray
-
-        self.rows: list[PackedRow] = ray.get(self.rows_ref)
-        self.order = ray.get(self.order_ref) if self.order_ref is not None else None
-        self.eval_rows: dict[str, list[PackedRow]] = ray.get(self.eval_ref) if self.eval_ref is not None else {}
+        self.rows: list[PackedRow] = resolve(self.rows_ref)
+        self.order = resolve(self.order_ref)
+        self.eval_rows: dict[str, list[PackedRow]] = resolve(self.eval_ref) or {}
         self.tokenizer = load_tokenizer(self.tokenizer_files)
 
     def build_model(self, cfg: TrainConfig):

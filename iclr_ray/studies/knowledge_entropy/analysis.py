@@ -91,6 +91,11 @@ def _paired(a: dict[int, float], b: dict[int, float]):
     return paired_difference(x[ok], y[ok])
 
 
+def _paired_key(metrics: dict[str, Any], a: dict[int, dict[str, Any]], b: dict[int, dict[str, Any]], key: str):
+    """``key`` of arm a minus arm b, paired by seed."""
+    return _paired(per_seed(metrics, a, key), per_seed(metrics, b, key))
+
+
 def spearman(x, y) -> float:
     from scipy import stats
 
@@ -115,27 +120,26 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
                       "step, per pretraining seed)", mean(entropy_rhos(metrics)), ENTROPY_RHO_BOUND,
                       note="rank correlation over each seed's checkpoints (step 0 included when pretrained here)"),
         Claim.at_least("acquisition_decreases", f"Later checkpoints acquire less: A({starts[0]}) - A({starts[-1]})",
-                       _paired(per_seed(metrics, early, "acquired"), per_seed(metrics, late, "acquired")), 0.0,
+                       _paired_key(metrics, early, late, "acquired"), 0.0,
                        note="A: fact-specific log-probability gain right after injection, nats/token"),
         Claim.at_least("forgetting_increases", f"Later checkpoints forget more: F({starts[-1]}) - F({starts[0]})",
-                       _paired(per_seed(metrics, late, "forgetting"), per_seed(metrics, early, "forgetting")), 0.0,
+                       _paired_key(metrics, late, early, "forgetting"), 0.0,
                        note="F = 1 - retained/acquired at the end of the run"),
         Claim.at_least("resuscitation_acquires_more", "Resuscitation improves acquisition over the unmodified last "
                        "checkpoint: A(resuscitated) - A(last)",
-                       _paired(per_seed(metrics, a["resuscitated"], "acquired"), per_seed(metrics, late, "acquired")),
+                       _paired_key(metrics, a["resuscitated"], late, "acquired"),
                        0.0),
         Claim.at_least("resuscitation_retains_more", "Resuscitation improves retention over the unmodified last "
                        "checkpoint: retained(resuscitated) - retained(last)",
-                       _paired(per_seed(metrics, a["resuscitated"], "retained"), per_seed(metrics, late, "retained")),
+                       _paired_key(metrics, a["resuscitated"], late, "retained"),
                        0.0, note="retained: A at the end of the run, nats/token"),
         Claim.at_least("resuscitation_beats_random", "The gain comes from the low-coefficient neurons: "
                        "A(resuscitated) - A(same factors on random neurons)",
-                       _paired(per_seed(metrics, a["resuscitated"], "acquired"), per_seed(metrics, a["random"],
-                                                                                          "acquired")), 0.0,
+                       _paired_key(metrics, a["resuscitated"], a["random"], "acquired"), 0.0,
                        note="negative control: the same number of neurons per layer and the same factors"),
         Claim.at_least("resuscitation_keeps_entropy", "The resuscitated model ends continual training with higher "
                        "knowledge entropy than the unmodified one: H_end(resuscitated) - H_end(last)",
-                       _paired(per_seed(metrics, a["resuscitated"], "h_final"), per_seed(metrics, late, "h_final")),
+                       _paired_key(metrics, a["resuscitated"], late, "h_final"),
                        0.0),
         Claim.at_least("resuscitation_raises_entropy", "Resuscitation raises knowledge entropy: H(resuscitated) - "
                        "H(last), before training", _paired(res, start), 0.0,

@@ -137,12 +137,7 @@ def entropy_and_acquisition(metrics: dict[str, Any]):
 
 def plot_all(metrics: dict[str, Any], cfg) -> dict[str, Any]:
     figs = {"entropy_curve": entropy_curve(metrics), "entropy_layers": entropy_layers(metrics),
-            "acquisition_retention": acquisition_retention(metrics), "probe_curves": probe_curves(metrics)}
-    scatter = entropy_and_acquisition(metrics)
-    if scatter is not None:
-        figs["entropy_vs_acquisition"] = scatter
-    heat = resuscitation_heatmap(metrics)
-    if heat is not None:
-        figs["resuscitation_grid"] = heat
-    return figs
-
+            "acquisition_retention": acquisition_retention(metrics), "probe_curves": probe_curves(metrics),
+            "entropy_vs_acquisition": entropy_and_acquisition(metrics),
+            "resuscitation_grid": resuscitation_heatmap(metrics)}
+    return {name: fig for name, fig in figs.items() if fig is not None}

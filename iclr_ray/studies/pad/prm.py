@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ...llm.data import IGNORE
-from ...llm.recipe import Recipe, TrainConfig, build_causal_lm, step_rows
+from ...llm.recipe import Recipe, TrainConfig, build_causal_lm, resolve, step_rows
 
 
 @dataclass
@@ -41,12 +41,6 @@ def collate_pairs(pairs: Sequence[Pair], pad_id: int) -> dict[str, Any]:
     return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(mask), "labels": torch.tensor(labels)}
 
 
-def _resolve(value):
-    import ray
-
-    return ray.get(value) if isinstance(value, ray.ObjectRef) else value
-
-
 class DPORecipe(Recipe):
     """DPO of a causal LM against its own starting point (``cfg.model``: a named tiny model, a
     checkpoint folder or an HF id), ``pairs`` (a list of :class:`Pair`, or an object ref to one)
@@ -59,7 +53,7 @@ class DPORecipe(Recipe):
     def setup(self) -> None:
         from ...llm.recipe import load_tokenizer
 
-        self.pairs: list[Pair] = _resolve(self.pairs_ref)
+        self.pairs: list[Pair] = resolve(self.pairs_ref)
         self.tokenizer = load_tokenizer(self.tokenizer_files)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
 
