@@ -124,18 +124,19 @@ def _offline_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProces
     """``iclr-ray ARGS`` in a subprocess that cannot reach any Ray: RAY_ADDRESS points nowhere, so
     a CLI that tried to reach Ray would fail differently."""
     return subprocess.run([sys.executable, "-m", "iclr_ray", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "RAY_ADDRESS": "127.0.0.1:1"})
+                          env={**os.environ, "RAY_ADDRESS": "127.0.0.1:1", "HF_HUB_OFFLINE": "1"})
 
 
 @pytest.fixture
 def input_error(tmp_path):
-    """``input_error(study, ["a.b=v", ...])`` runs ``iclr-ray run STUDY --preset smoke --set ...``
+    """``input_error(study, ["a.b=v", ...], preset="smoke")`` runs
+    ``iclr-ray run STUDY --preset PRESET --set ...``
     offline and returns its error line, after checking the input contract: exit code 2, one line
     on stderr, and no run directory written."""
-    def check(study: str, sets: list[str]) -> str:
+    def check(study: str, sets: list[str], preset: str = "smoke") -> str:
         out = tmp_path / "out"
         args = [x for s in sets for x in ("--set", s)]
-        res = _offline_cli("run", study, "--preset", "smoke", "--out", str(out), *args)
+        res = _offline_cli("run", study, "--preset", preset, "--out", str(out), *args)
         assert res.returncode == 2, res.stderr
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1, res.stderr

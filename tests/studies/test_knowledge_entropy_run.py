@@ -18,14 +18,9 @@ from iclr_ray import cli  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_paper_preset_refuses_to_start_without_real_checkpoints_and_data(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "iclr_ray", "run", "knowledge_entropy", "--preset", "paper", "--out",
-                          str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "RAY_ADDRESS": "127.0.0.1:1", "HF_HUB_OFFLINE": "1"})
-    lines = res.stderr.strip().splitlines()
-    assert res.returncode == 2 and len(lines) == 1, res.stderr
-    assert "data.corpus_jsonl" in lines[0] and "data.facts_jsonl" in lines[0]
-    assert not (tmp_path / "out").exists()
+def test_paper_preset_refuses_to_start_without_real_checkpoints_and_data(input_error):
+    line = input_error("knowledge_entropy", [], preset="paper")  # exit 2, one line, nothing written
+    assert "data.corpus_jsonl" in line and "data.facts_jsonl" in line
 
 
 def test_input_errors_exit_2_before_ray(input_error, tmp_path):

@@ -3,24 +3,24 @@ keeping every checkpoint), the knowledge entropy of every checkpoint and of the 
 models (one Ray task each), then the continual runs as one Tune grid: from each start checkpoint,
 from the resuscitated last checkpoint and its controls, and over the (p, q) grid. Each continual
 trial prepares its start model (entropy before and after resuscitation, the probes' loss before
-training; in a Ray task where it needs a GPU), then trains it through the shared loop with the facts injected, the
-probes' loss reported every round, and ends with the entropy of the trained model."""
+training; in a Ray task where it needs a GPU), then trains it through the shared loop with the
+facts injected, the probes' loss reported every round, and ends with the entropy of the trained
+model. The shared data is world.py's, the models and what is measured on them models.py's."""
 from __future__ import annotations
 
-import re
-import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import ray
 
-from ...config import ConfigError, DataError
+from ...config import ConfigError
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
 from . import data as facts_data
 from .config import Config
+from .models import EntropyScore, entropy_record, load_start, on_device, start_model
+from .world import World, build_world, checkpoint_step, probe_tensors, read_corpus_jsonl, seed_data, split_revision
 
 # ----------------------------------------------------------------------------- inputs
 
@@ -69,186 +69,13 @@ def prepare(cfg: Config) -> dict[str, Any]:
     return inputs
 
 
-def read_corpus_jsonl(path) -> list[str]:
-    from ...llm.data import iter_jsonl
-
-    out = []
-    for where, rec in iter_jsonl(path):
-        if not isinstance(rec, dict) or not isinstance(rec.get("text"), str) or not rec["text"].strip():
-            raise DataError(f"{where}: expected {{\"text\": \"...\"}} with non-empty text")
-        out.append(rec["text"])
-    if not out:
-        raise DataError(f"{path} holds no documents")
-    return out
-
-
-def split_revision(source: str) -> tuple[str, str | None]:
-    """``id@revision`` -> (id, revision); a source without ``@`` has no revision."""
-    head, sep, rev = source.rpartition("@")
-    return (head, rev) if sep and head and "/" not in rev else (source, None)
-
-
-def checkpoint_step(source: str, index: int) -> int:
-    """The pretraining step of a real checkpoint, read from its revision (``step738020-...``),
-    else its position in the list."""
-    _, rev = split_revision(source)
-    m = re.search(r"step(\d+)", rev or "")
-    return int(m.group(1)) if m else index
-
-
-# ----------------------------------------------------------------------------- shared data
-
-
-@dataclass
-class World:
-    """What every task and trial shares: the tokenizer, the packed pretraining and continual rows,
-    the probe set (token ids and mask) and the probe texts for the real models."""
-
-    tokenizer_files: dict[str, bytes]
-    pretrain_rows: list
-    corpus_rows: list
-    probe_ids: np.ndarray
-    probe_mask: np.ndarray
-    probe_texts: list[str]
-    seq_len: int
-    facts_file: Any = None
-    facts_per_split: int = 24
-    stats: dict[str, Any] = field(default_factory=dict)
-
-    def tokenizer(self):
-        from ...llm.recipe import load_tokenizer
-
-        return load_tokenizer(self.tokenizer_files)
-
-    def facts(self, seed: int) -> facts_data.FactSet:
-        return self.facts_file if self.facts_file is not None else facts_data.generate(self.facts_per_split, seed)
-
-
-def probe_tensors(tokenizer, texts: list[str], seq_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each probe document's first ``seq_len`` tokens (BOS first where the tokenizer has one),
-    right-padded, with its mask."""
-    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    ids = np.full((len(texts), seq_len), pad, dtype=np.int64)
-    mask = np.zeros((len(texts), seq_len), dtype=np.int64)
-    for i, t in enumerate(texts):
-        tok = (bos + tokenizer(t, add_special_tokens=False).input_ids)[:seq_len]
-        ids[i, :len(tok)] = tok
-        mask[i, :len(tok)] = 1
-    return ids, mask
-
-
-def build_world(cfg: Config, inputs: dict[str, Any]) -> World:
-    from ...llm import data as llm_data
-    from ...llm.recipe import read_files
-
-    d = cfg.data
-    if "corpus" in inputs:
-        texts = inputs["corpus"]
-        pre, probe, rest = [], texts[:d.probe_docs], texts[d.probe_docs:]
-    else:
-        from ...corpora import reviews
-
-        texts = reviews(min_words=d.min_words)
-        pre = texts[:d.pretrain_docs]
-        probe = texts[d.pretrain_docs:d.pretrain_docs + d.probe_docs]
-        rest = texts[d.pretrain_docs + d.probe_docs:]
-    if cfg.checkpoints:
-        from transformers import AutoTokenizer
-
-        path, rev = split_revision(cfg.checkpoints[0])
-        tok = AutoTokenizer.from_pretrained(path, revision=rev)
-        if tok.pad_token is None:
-            tok.pad_token = tok.eos_token
-    else:
-        from ...llm.model import build_tokenizer
-
-        tok = build_tokenizer(pre[:5000], vocab_size=d.vocab_size)
-    seq, pad = d.seq_len, tok.pad_token_id
-
-    def rows(docs):
-        return llm_data.pack([e for t in docs for e in llm_data.encode_text(tok, t, seq)], seq, pad)
-
-    pre_rows, corpus_rows = rows(pre), rows(rest)
-    ids, mask = probe_tensors(tok, probe, seq)
-    with tempfile.TemporaryDirectory() as tmp:
-        tok.save_pretrained(tmp)
-        files = read_files(tmp)
-    stats = {"corpus": "JSONL" if "corpus" in inputs else "reviews", "pretrain_docs": len(pre),
-             "pretrain_rows": len(pre_rows), "pretrain_tokens": sum(r.n_real for r in pre_rows),
-             "probe_docs": len(probe), "probe_tokens": int(mask.sum()), "continual_rows": len(corpus_rows),
-             "vocab_size": len(tok), "facts": inputs["facts"].source if "facts" in inputs else "generated"}
-    return World(files, pre_rows, corpus_rows, ids, mask, probe, seq, inputs.get("facts"), d.facts_per_split, stats)
-
-
-def seed_data(world: World, cfg: Config, seed: int, tok) -> dict[str, Any]:
-    """One continual run's data: rows (corpus, then every round's fact rows), the step order, the
-    probes per split as packed eval rows, and the injection steps."""
-    from ...llm import data as llm_data
-
-    c = cfg.continual
-    fs = world.facts(seed)
-    seq, pad = world.seq_len, tok.pad_token_id
-    rows = list(world.corpus_rows)
-    fact_rows = []
-    for r in range(c.rounds):
-        enc = [e for t in facts_data.injection_texts(fs, r) for e in llm_data.encode_text(tok, t, seq)]
-        packed = llm_data.pack(enc, seq, pad)
-        fact_rows.append(list(range(len(rows), len(rows) + len(packed))))
-        rows += packed
-    inject_at = facts_data.injection_steps(c.rounds, c.round_steps)
-    rows_per_step = c.batch
-    try:
-        order = facts_data.continual_order(len(world.corpus_rows), fact_rows, rows_per_step, c.steps(), inject_at,
-                                           c.round_steps, seed)
-    except ValueError as exc:
-        raise ConfigError(f"continual.batch={c.batch}, continual.round_steps={c.round_steps}: {exc}") from None
-    evals = {s: llm_data.pack(facts_data.encode_probes(tok, fs.split(s)), seq, pad) for s in facts_data.SPLITS}
-    return {"rows": rows, "order": order, "eval_rows": evals, "inject_at": inject_at,
-            "fact_rows": [len(x) for x in fact_rows], "counts": fs.counts()}
-
-
-# ----------------------------------------------------------------------------- models and entropy
-
-
-def load_start(source: str, world: World | None = None, seed: int = 0, model_name: str = ""):
-    """A start model: ``init`` (the named tiny model as the pretraining loop builds it at step 0),
-    a checkpoint folder, or an HF id with ``@revision``."""
-    import torch
-
-    torch.set_num_threads(1)
-    if source == "init":
-        from ...llm.model import build_model
-
-        return build_model(model_name, world.tokenizer(), seed=seed)
-    from transformers import AutoModelForCausalLM
-
-    path, rev = split_revision(source)
-    return AutoModelForCausalLM.from_pretrained(path, revision=rev)
-
-
-def _device_model(model):
-    import torch
-
-    return model.to("cuda") if torch.cuda.is_available() else model
-
-
-def entropy_record(model, ids: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
-    """H, the per-layer entropies and the width of a model on a probe set."""
-    import torch
-
-    from .entropy import coefficient_means, layer_entropies
-
-    c_bar = coefficient_means(model.eval(), torch.from_numpy(ids), torch.from_numpy(mask))
-    layers = layer_entropies(c_bar)
-    return {"h": float(layers.sum()), "layers": layers.tolist(), "n_layers": int(c_bar.shape[0]),
-            "width": int(c_bar.shape[1]), "h_max": float(c_bar.shape[0] * np.log(c_bar.shape[1]))}
+# ----------------------------------------------------------------------------- Ray tasks
 
 
 @ray.remote(num_cpus=1)
 def checkpoint_entropy(source: str, world: World, seed: int, model_name: str) -> dict[str, Any]:
     """Knowledge entropy of one pretraining checkpoint on the probe set."""
-    model = _device_model(load_start(source, world, seed, model_name))
+    model = on_device(load_start(source, world, seed, model_name))
     return entropy_record(model, world.probe_ids, world.probe_mask)
 
 
@@ -262,33 +89,10 @@ def model_entropy(name: str, texts: list[str], seq_len: int) -> dict[str, Any]:
     torch.set_num_threads(1)
     model, tok = pretrained.load(name)
     ids, mask = probe_tensors(tok, texts, seq_len)
-    out = entropy_record(_device_model(model), ids, mask)
+    out = entropy_record(on_device(model), ids, mask)
     out["name"] = name
     out["label"] = pretrained.PACKAGED[name].note if name in pretrained.PACKAGED else name
     out["params"] = int(sum(p.numel() for p in model.parameters()))
-    return out
-
-
-def probe_losses(model, eval_rows: dict[str, list]) -> dict[str, float]:
-    """Per split, the probes' targets' mean negative log probability per token (what the loop's
-    evaluation reports as ``eval_loss_<split>``)."""
-    import torch
-
-    from ...llm.data import collate
-    from ...llm.loss import summed_token_loss
-
-    out = {}
-    device = next(model.parameters()).device
-    with torch.no_grad():
-        for split, rows in eval_rows.items():
-            total, n = 0.0, 0
-            for i in range(0, len(rows), 8):
-                b = collate(rows[i:i + 8])
-                logits = model(input_ids=b["input_ids"].to(device), position_ids=b["position_ids"].to(device),
-                               use_cache=False).logits
-                loss, k = summed_token_loss(logits, b["labels"].to(device))
-                total, n = total + loss.item(), n + k
-            out[split] = total / max(n, 1)
     return out
 
 
@@ -296,46 +100,6 @@ def probe_losses(model, eval_rows: dict[str, list]) -> dict[str, float]:
 def start_model_task(spec: dict[str, Any], world: World, eval_rows: dict[str, list], out_dir: str) -> dict[str, Any]:
     """:func:`start_model` as a Ray task, where it needs a GPU (``gpus_per_task``)."""
     return start_model(spec, world, eval_rows, out_dir)
-
-
-def start_model(spec: dict[str, Any], world: World, eval_rows: dict[str, list], out_dir: str) -> dict[str, Any]:
-    """A continual trial's start: the checkpoint loaded, its entropy; resuscitated (``resus``: the
-    lowest-C_bar neurons, ``random``: as many random neurons with the same factors) and its entropy
-    again; the probes' loss before training; saved with the tokenizer to ``out_dir``."""
-    import torch
-
-    from . import entropy as ke
-
-    model = _device_model(load_start(spec["source"]))
-    model.eval()
-    ids, mask = torch.from_numpy(world.probe_ids), torch.from_numpy(world.probe_mask)
-    c_bar = ke.coefficient_means(model, ids, mask)
-    out: dict[str, Any] = {"h_start": ke.knowledge_entropy(c_bar), "h_start_layers": ke.layer_entropies(c_bar).tolist()}
-    if spec["arm"] != "plain":
-        plan = ke.resuscitation_factors(c_bar, spec["ratio"], spec["q"])
-        if spec["arm"] == "random":
-            plan = ke.random_like(plan, [c.shape[0] for c in c_bar], seed=spec["seed"])
-        ke.resuscitate(model, plan)
-        after = ke.coefficient_means(model, ids, mask)
-        out["h_resuscitated"] = ke.knowledge_entropy(after)
-        out["h_resuscitated_layers"] = ke.layer_entropies(after).tolist()
-        out["neurons_scaled"] = int(sum(len(n) for n in plan.neurons))
-        out["mean_factor"] = float(np.mean(np.concatenate(plan.factors)))
-    out["eval0"] = probe_losses(model, eval_rows)
-    model.cpu().save_pretrained(out_dir)
-    world.tokenizer().save_pretrained(out_dir)
-    return out
-
-
-class EntropyScore:
-    """``final_eval`` of a continual run: the trained model's knowledge entropy on the probe set
-    (rank 0, on the final checkpoint's weights)."""
-
-    def __init__(self, ids: np.ndarray, mask: np.ndarray):
-        self.ids, self.mask = ids, mask
-
-    def __call__(self, model, tokenizer) -> dict[str, float]:
-        return {"h_final": entropy_record(_device_model(model), self.ids, self.mask)["h"]}
 
 
 # ----------------------------------------------------------------------------- trials
@@ -398,9 +162,10 @@ def continual_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, wor
                          log_every=c.round_steps)
     result = fit(tcfg, sd["rows"], tok, trial_dir, "train", order=sd["order"], eval_rows=sd["eval_rows"],
                  final_eval=EntropyScore(world.probe_ids, world.probe_mask))
+    steps = read_steps(trial_dir, "train")
     curve = [{"step": s["step"], "loss": s["loss"], **{k: s[f"eval_loss_{k}"] for k in facts_data.SPLITS}}
-             for s in read_steps(trial_dir, "train") if "eval_loss_paraphrase" in s]
-    train_s = sum(s["seconds"] for s in read_steps(trial_dir, "train"))
+             for s in steps if "eval_loss_paraphrase" in s]
+    train_s = sum(s["seconds"] for s in steps)
     seconds = {"data": t1 - t0, "start_model": t2 - t1, "fit": time.perf_counter() - t2, "training_steps": train_s}
     return {"scores": {"h_final": result.metrics["h_final"]}, **start, "h_final": result.metrics["h_final"],
             "curve": curve, "inject_at": sd["inject_at"], "fact_rows": sd["fact_rows"], "counts": sd["counts"],
