@@ -161,6 +161,15 @@ class Claim:
         return cls._make(id, statement, e, f">= {bound:g}", ok, note, check)
 
     @classmethod
+    def above(cls, id: str, statement: str, est: Estimate | float, bound: float, note: str = "",
+              check: bool = False) -> "Claim":
+        """Strictly above ``bound`` ("raises", "more than"): an interval that touches the bound, such
+        as a gain that is exactly zero on every unit, does not hold."""
+        e = cls._estimate(est, check)
+        ok = _verdict(e, lambda x: x > bound + _slack(bound))
+        return cls._make(id, statement, e, f"> {bound:g}", ok, note, check)
+
+    @classmethod
     def at_most(cls, id: str, statement: str, est: Estimate | float, bound: float, note: str = "",
                 check: bool = False) -> "Claim":
         e = cls._estimate(est, check)

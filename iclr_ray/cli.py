@@ -55,10 +55,12 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else embedded local Ray)")
 
     sv = sub.add_parser("serve", help="serve a model over OpenAI-compatible HTTP with Ray Serve")
-    sv.add_argument("app", choices=("generate", "embed"),
-                    help="generate: /v1/completions, /v1/chat/completions; embed: /v1/embeddings")
+    sv.add_argument("app", choices=("generate", "embed", "pad"),
+                    help="generate: /v1/completions, /v1/chat/completions; embed: /v1/embeddings; pad: "
+                         "/v1/chat/completions decoded by PAD with the request's preference")
     sv.add_argument("--model", help="checkpoint dir, run dir, HF id or packaged model name (default: generate "
                     "smollm2-135m-instruct, embed all-MiniLM-L6-v2; both offline)")
+    sv.add_argument("--prm", help="pad: the personalised reward model (a pad run's PRM checkpoint)")
     sv.add_argument("--config", metavar="FILE", help="a Serve config YAML (clusters/serve/*.yaml); its "
                     "application named APP gives the args, --model overrides")
     sv.add_argument("--host", help="bind address (default: the config's, else 127.0.0.1)")
@@ -212,14 +214,16 @@ def _has_sweep(study_id: str) -> bool:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .serve.launch import check_model, default_model, load_serve_config, serve_forever
+    from .serve.launch import check_app_args, default_model, load_serve_config, serve_forever
 
     app_args, http = load_serve_config(args.app, args.config)
     if args.model:
         app_args["model"] = args.model
-    if args.app == "generate":
+    if args.prm:
+        app_args["prm"] = args.prm
+    if args.app in ("generate", "pad"):
         app_args["model"] = default_model(args.app, app_args.get("model"))
-    check_model(args.app, app_args.get("model"))
+    check_app_args(args.app, app_args)
     http = {"host": args.host or http.get("host", "127.0.0.1"), "port": args.port or http.get("port", 8000)}
     from .runtime import resolve_address
 

@@ -30,6 +30,11 @@ def test_verdicts_are_judged_on_the_whole_interval():
     assert Claim.at_least("a", "s", exact(12.0), 10).holds is True and Claim.at_least("a", "s", exact(9), 10).holds is False
     assert Claim.at_least("a", "s", exact(float("nan")), 0).holds is False
     assert Claim.at_least("a", "s", mean([]), 0).holds is None
+    # "raises": strictly above the bound, so a gain of exactly zero on every unit does not hold
+    assert Claim.at_least("a", "s", mean([0.0, 0.0, 0.0]), 0).holds is True
+    assert Claim.above("a", "s", mean([0.0, 0.0, 0.0]), 0).holds is False
+    assert Claim.above("a", "s", E(0.0, 0.3), 0).holds is None and Claim.above("a", "s", E(0.01, 0.3), 0).holds is True
+    assert Claim.above("a", "s", E(-0.2, -0.1), 0).bound == "> 0"
 
 
 def test_a_claim_needs_an_estimate_and_a_check_may_take_a_number():

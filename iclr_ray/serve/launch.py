@@ -15,7 +15,8 @@ from ..config import ConfigError, load_yaml_file
 
 log = logs.get(__name__)
 
-BUILDERS = {"generate": "iclr_ray.serve.app:generation_app", "embed": "iclr_ray.serve.app:embedding_app"}
+BUILDERS = {"generate": "iclr_ray.serve.app:generation_app", "embed": "iclr_ray.serve.app:embedding_app",
+            "pad": "iclr_ray.serve.app:pad_app"}
 
 DEFAULT_GENERATION_MODEL = "smollm2-135m-instruct"
 """what ``serve generate`` serves without ``--model``: SmolLM2-135M-Instruct, a packaged model
@@ -46,11 +47,11 @@ def load_serve_config(app: str, path: str | None) -> tuple[dict[str, Any], dict[
 
 
 def default_model(app: str, model: str | None) -> str | None:
-    """``model``, or for ``generate`` without one the packaged SmolLM2-135M-Instruct."""
-    return model or (DEFAULT_GENERATION_MODEL if app == "generate" else None)
+    """``model``, or for ``generate`` and ``pad`` without one the packaged SmolLM2-135M-Instruct."""
+    return model or (DEFAULT_GENERATION_MODEL if app in ("generate", "pad") else None)
 
 
-def check_model(app: str, model: str | None) -> None:
+def check_model(app: str, model: str | None, flag: str = "--model") -> None:
     if model is None:
         return
     from ..llm import pretrained
@@ -61,11 +62,27 @@ def check_model(app: str, model: str | None) -> None:
     path = Path(model).expanduser()
     if path.exists() or model.startswith((".", "/", "~")):
         if not path.is_dir():
-            raise ConfigError(f"--model {model}: no such directory")
+            raise ConfigError(f"{flag} {model}: no such directory")
         from .app import _resolve_model_dir
 
         if not (Path(_resolve_model_dir(str(path))) / "config.json").is_file():
-            raise ConfigError(f"--model {model}: no model checkpoint there (no config.json, no */checkpoint_*/model)")
+            raise ConfigError(f"{flag} {model}: no model checkpoint there (no config.json, no */checkpoint_*/model)")
+
+
+def check_app_args(app: str, args: dict[str, Any]) -> None:
+    """Every model an app loads, checked before Ray starts (one line, exit 2)."""
+    check_model(app, args.get("model"))
+    if app == "pad":
+        if not args.get("prm"):
+            raise ConfigError("serve pad needs --prm: the personalised reward model (a pad run's "
+                              "tune/prm/*/train/checkpoint_*/model, or a folder holding one)")
+        check_model(app, args["prm"], "--prm")
+        path = Path(args["prm"]).expanduser()
+        if path.is_dir() and not (path / "config.json").is_file():
+            found = list(path.rglob("checkpoint_*/model/config.json"))
+            if len(found) > 1:  # a pad run holds the real PRMs and their shuffled controls: never guess
+                raise ConfigError(f"--prm {args['prm']}: holds {len(found)} model checkpoints; give the one to serve "
+                                  "(report.md of a pad run names its PRMs)")
 
 
 def start(app: str, app_args: dict[str, Any], http: dict[str, Any], name: str | None = None,
@@ -80,7 +97,7 @@ def start(app: str, app_args: dict[str, Any], http: dict[str, Any], name: str | 
 
 
 def serve_forever(app: str, app_args: dict[str, Any], http: dict[str, Any], address: str | None) -> int:
-    check_model(app, app_args.get("model"))
+    check_app_args(app, app_args)
     from ray import serve
 
     from ..runtime import connect

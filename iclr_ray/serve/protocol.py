@@ -76,6 +76,19 @@ class ChatCompletionRequest(_Request):
         return self.max_completion_tokens or self.max_tokens or default
 
 
+class PADChatRequest(ChatCompletionRequest):
+    preference: str = Field(min_length=1, max_length=2000)
+    """the user's preference: a name the pad study knows (simple, excited, personal, or a+b), or
+    free text the PRM reads before the last user message"""
+
+    @field_validator("preference")
+    @classmethod
+    def _not_blank(cls, v):
+        if not v.strip():
+            raise ValueError("preference must not be blank")
+        return v.strip()
+
+
 class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 

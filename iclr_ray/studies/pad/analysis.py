@@ -1,0 +1,242 @@
+"""pad: the rule-scored alignment of every decoder's replies, the claims and the report. Pure
+functions of the metrics (the replies are in them; the rules are data.py's).
+
+A method's alignment to preference P on a held-out query is P's rule score of its reply (a
+combination: the mean of its rules). PRM-based methods are averaged over the PRM seeds first, so
+the unit of every interval is the held-out query (paired: every method answers the same queries).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ...claims import Claim, Estimate, exact, mean, paired_difference
+from ...markdown import fmt, table
+from .data import Preference, preference, score
+
+
+def _pref(name: str, metrics: dict[str, Any]) -> Preference:
+    try:
+        return preference(name)
+    except ValueError:  # free text from a real data set: no rule scores it
+        return Preference(name, metrics["preferences"]["texts"].get(name, name), ())
+
+
+def scores(texts: list[str], pref: Preference) -> np.ndarray:
+    return np.array([score(t, pref) if pref.rules else math.nan for t in texts])
+
+
+def prm_runs(metrics: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [r for r in metrics["prms"] if r["kind"] == kind]
+
+
+def method_scores(metrics: dict[str, Any], method: str, name: str, kind: str = "real") -> np.ndarray:
+    """Per held-out query, the alignment of ``method``'s replies to preference ``name``: base
+    (plain prompt), prompting (the personalised prompt), pad / gated / bon (mean over the PRM
+    seeds of ``kind``)."""
+    pref = _pref(name, metrics)
+    if method == "base":
+        return scores(metrics["base"]["base"]["texts"], pref)
+    if method == "prompting":
+        return scores(metrics["base"]["prompting"][name]["texts"], pref)
+    runs = prm_runs(metrics, kind)
+    if not runs:
+        return np.full(len(metrics["queries"]), math.nan)
+    return np.mean([scores(r[method][name]["texts"], pref) for r in runs], axis=0)
+
+
+def mean_over(metrics: dict[str, Any], method: str, names: list[str], kind: str = "real") -> np.ndarray:
+    return np.mean([method_scores(metrics, method, n, kind) for n in names], axis=0)
+
+
+def cross_scores(metrics: dict[str, Any]) -> np.ndarray:
+    """Per query: the score of each trained preference d under PAD asked for d, minus its mean
+    score under PAD asked for each other trained preference (is PAD personal, or one style?)."""
+    names = metrics["preferences"]["trained"]
+    if len(names) < 2:
+        return np.full(len(metrics["queries"]), math.nan)
+    out = []
+    for d in names:
+        pref = _pref(d, metrics)
+        own = method_scores(metrics, "pad", d)
+        others = [np.mean([scores(r["pad"][o]["texts"], pref) for r in prm_runs(metrics, "real")], axis=0)
+                  for o in names if o != d]
+        out.append(own - np.mean(others, axis=0))
+    return np.mean(out, axis=0)
+
+
+def throughput(metrics: dict[str, Any], kind: str = "real") -> dict[str, np.ndarray]:
+    """Tokens per second of base, PAD and gated PAD decoding one query at a time (a served
+    request), per (PRM run, preference): each run timed its own base decoder in the same process."""
+    base, pad, gated, calls = [], [], [], []
+    for r in prm_runs(metrics, kind):
+        b = r["base_single"]
+        for name in r["pad_single"]:
+            base.append(b["tokens"] / b["seconds"])
+            pad.append(r["pad_single"][name]["tokens"] / r["pad_single"][name]["seconds"])
+            gated.append(r["gated"][name]["tokens"] / r["gated"][name]["seconds"])
+            g = r["gated"][name]
+            calls.append(g["prm_calls"] / max(g["steps"], 1))
+    return {"base": np.array(base), "pad": np.array(pad), "gated": np.array(gated), "prm_call_share": np.array(calls)}
+
+
+def identity_share(metrics: dict[str, Any], key: str) -> float:
+    """The share of (preference, query) replies of the first seed's PRM at ``key`` (the w = 0
+    entry of the sweep, or k1) identical to the base model's greedy replies."""
+    base = metrics["base"]["base"]["texts"]
+    same, n = 0, 0
+    for r in prm_runs(metrics, "real"):
+        for sweep in r.get("sweep", {}).values():
+            if key in sweep:
+                same += sum(a == b for a, b in zip(sweep[key], base))
+                n += len(base)
+    return same / n if n else math.nan
+
+
+def sweep_curve(metrics: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
+    """Per preference, (w, mean alignment over queries) on the first seed's PRM, w = w_claim included."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    w0 = metrics["settings"]["w"]
+    for r in prm_runs(metrics, "real"):
+        if not r.get("sweep"):
+            continue
+        for name, sweep in r["sweep"].items():
+            pref = _pref(name, metrics)
+            pts = [(float(w), float(np.nanmean(scores(t, pref)))) for w, t in sweep.items() if w != "k1"]
+            pts.append((float(w0), float(np.nanmean(scores(r["pad"][name]["texts"], pref)))))
+            out[name] = sorted(pts)
+        break
+    return out
+
+
+def _ratio(a: np.ndarray, b: np.ndarray) -> Estimate:
+    """The geometric mean of a / b over paired timings, with its t interval on the log scale."""
+    e = mean(np.log(a / b))
+    lo, hi = e.ci
+    return Estimate(math.exp(e.value), (math.exp(lo), math.exp(hi)), e.n)
+
+
+def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
+    trained, unseen = metrics["preferences"]["trained"], metrics["preferences"]["unseen"]
+    out: list[Claim] = []
+    w = metrics["settings"]["w"]
+    for d in trained:
+        pad = method_scores(metrics, "pad", d)
+        out.append(Claim.above(
+            f"beats_base_{d}", f"PAD (w = {w:g}) raises the alignment to '{d}' over base decoding on held-out queries",
+            paired_difference(pad, method_scores(metrics, "base", d)), 0.0,
+            note="the paper's Table 2: PAD above the base on every dimension"))
+        out.append(Claim.above(
+            f"beats_prompting_{d}", f"PAD raises the alignment to '{d}' over preference prompting",
+            paired_difference(pad, method_scores(metrics, "prompting", d)), 0.0,
+            note="the paper's Table 2 (reviewers: prompting is the strong cheap baseline)"))
+    for c in unseen:
+        out.append(Claim.above(
+            f"unseen_{c.replace('+', '_')}", f"PAD generalises to the unseen combination '{c}' (above base decoding)",
+            paired_difference(method_scores(metrics, "pad", c), method_scores(metrics, "base", c)), 0.0,
+            note="the paper: PAD generalises to preferences not seen in training"))
+    if prm_runs(metrics, "shuffled"):
+        out.append(Claim.above(
+            "needs_learned_preference",
+            "the gain comes from the learned preferences: PAD's PRM above a PRM trained on label-shuffled pairs",
+            paired_difference(mean_over(metrics, "pad", trained), mean_over(metrics, "pad", trained, "shuffled")), 0.0,
+            note="negative control: the same pairs with chosen and rejected swapped in a random half"))
+    if len(trained) >= 2:
+        out.append(Claim.above(
+            "personalised", "PAD is personal: a dimension scores higher when it is the one asked for",
+            mean(cross_scores(metrics)), 0.0,
+            note="per query: score of d asked for d, minus asked for another trained preference; mean over d"))
+    out.append(Claim.above(
+        "beats_best_of_n", f"PAD above Best-of-{metrics['settings']['best_of_n']} ranked by the same reward "
+                           "(mean over the trained preferences)",
+        paired_difference(mean_over(metrics, "pad", trained), mean_over(metrics, "bon", trained)), 0.0,
+        note="the paper's baselines table"))
+    tp = throughput(metrics)
+    if len(tp["pad"]):
+        out.append(Claim.above(
+            "gate_speeds_up", f"calling the PRM only below a top-2 margin of {metrics['settings']['margin']:g} "
+                              "decodes faster than PAD (tokens/s ratio)",
+            _ratio(tp["gated"], tp["pad"]), 1.0,
+            note="the practitioners' fix for PAD's cost (a PRM call per token); unit: a timed decode of "
+                 "every held-out query (PRM seed x preference)"))
+    out.append(Claim.at_least("w0_is_base", "w = 0 gives exactly the base model's greedy replies",
+                              exact(identity_share(metrics, "0.0")), 1.0, check=True))
+    out.append(Claim.at_least("k1_is_base", "k = 1 makes PAD a no-op (the base's greedy replies)",
+                              exact(identity_share(metrics, "k1")), 1.0, check=True))
+    return [c for c in out if not math.isnan(c.measured)]
+
+
+def _ci(e: Estimate) -> str:
+    if e.ci is None:
+        return fmt(e.value, ".3f")
+    return f"{fmt(e.value, '.3f')} [{fmt(e.ci[0], '.3f')}, {fmt(e.ci[1], '.3f')}]"
+
+
+METHODS = (("base", "base decoding"), ("prompting", "preference prompting"), ("bon", "Best-of-N"),
+           ("pad", "PAD"), ("gated", "PAD, gated"), ("pad_shuffled", "PAD, shuffled-label PRM"))
+
+
+def alignment_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per preference and method: the mean alignment over held-out queries and its interval."""
+    rows = []
+    names = [*metrics["preferences"]["trained"], *metrics["preferences"]["unseen"]]
+    for name in names:
+        for key, label in METHODS:
+            if key == "pad_shuffled":
+                if not prm_runs(metrics, "shuffled"):
+                    continue
+                x = method_scores(metrics, "pad", name, "shuffled")
+            else:
+                x = method_scores(metrics, key, name)
+            rows.append({"preference": name, "method": key, "label": label, "est": mean(x)})
+    return rows
+
+
+def report_md(metrics: dict[str, Any], cfg) -> str:
+    s = metrics["settings"]
+    parts = ["## Preference pairs", "",
+             f"{metrics['pairs']['n']} pairs from the base model's own samples: "
+             + ", ".join(f"{k} {v}" for k, v in metrics["pairs"]["by_preference"].items()) + ".", ""]
+    parts += ["## PRM training (DPO)", "",
+              table(["run", "steps", "first loss", "last loss", "seconds", "checkpoint (serve pad --prm)"],
+                    [[t["label"], t["steps"], fmt(t["curve"][0]["loss"], ".3f") if t["curve"] else "-",
+                      fmt(t["curve"][-1]["loss"], ".3f") if t["curve"] else "-", fmt(t["seconds"], ".0f"),
+                      f"`{t.get('model', '-')}`"]
+                     for t in metrics["training"]]), ""]
+    parts += [f"## Alignment on {len(metrics['queries'])} held-out queries (rule score, mean and 95% interval "
+              f"over queries; PAD k = {s['k']}, w = {s['w']:g}, greedy, {s['max_tokens']} tokens)", "",
+              table(["preference", "method", "alignment"],
+                    [[r["preference"], r["label"], _ci(r["est"])] for r in alignment_table(metrics)]), ""]
+    tp = throughput(metrics)
+    if len(tp["pad"]):
+        parts += ["## Cost (tokens/s in the same process, per PRM run and preference)", "",
+                  table(["decoder", "tokens/s (mean)", "vs base"],
+                        [["base", fmt(float(np.mean(tp["base"])), ".1f"), "1"],
+                         ["PAD", fmt(float(np.mean(tp["pad"])), ".1f"), _ci(_ratio(tp["pad"], tp["base"]))],
+                         [f"PAD gated (margin {s['margin']:g})", fmt(float(np.mean(tp["gated"])), ".1f"),
+                          _ci(_ratio(tp["gated"], tp["base"]))]]), "",
+                  f"The gated decoder called the PRM at {fmt(100 * float(np.mean(tp['prm_call_share'])), '.0f')}% of "
+                  "its steps.", ""]
+    curve = sweep_curve(metrics)
+    if curve:
+        parts += ["## Alignment against w (first seed's PRM)", "",
+                  table(["preference", *[fmt(w, "g") for w, _ in next(iter(curve.values()))]],
+                        [[name, *[fmt(v, ".3f") for _, v in pts]] for name, pts in curve.items()]), ""]
+    ex = metrics["pairs"]["examples"][:2]
+    if ex:
+        parts += ["## Example pairs", ""]
+        for p in ex:
+            parts += [f"- **{p['preference']}** · {p['query']}", f"  - chosen: {p['chosen']!r}",
+                      f"  - rejected: {p['rejected']!r}"]
+        parts += [""]
+    q = metrics["queries"][0]
+    parts += ["## One held-out query, every decoder", "", f"Query: {q!r}", "",
+              f"- base: {metrics['base']['base']['texts'][0]!r}"]
+    for name in metrics["preferences"]["trained"][:3]:
+        parts.append(f"- prompting ({name}): {metrics['base']['prompting'][name]['texts'][0]!r}")
+        runs = prm_runs(metrics, "real")
+        if runs:
+            parts.append(f"- PAD ({name}): {runs[0]['pad'][name]['texts'][0]!r}")
+    return "\n".join(parts + [""])

@@ -1,0 +1,128 @@
+"""pad config. Defaults are the ``small`` preset: SmolLM2-135M-Instruct (real weights, offline) as
+the base model and as the personalised reward model's initialisation; preference pairs from the
+base model's own samples of 96 generated queries, scored by data.py's rules; the PRM trained by
+token-level DPO on Ray Train (two seeds, and a label-shuffled control per seed); PAD against base
+decoding, preference prompting and Best-of-N on 24 held-out queries about unseen topics.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import Field, FilePath, model_validator
+
+from ...config import Section, StudyConfig
+from .data import SINGLES, preference
+
+
+class Data(Section):
+    train_queries: int = Field(96, ge=2)
+    """generated training queries (data.queries); each is sampled ``samples_per_query`` times"""
+    eval_queries: int = Field(24, ge=2)
+    """held-out queries (about topics no training query mentions): the claims' unit"""
+    samples_per_query: int = Field(6, ge=2)
+    sample_tokens: int = Field(40, ge=2)
+    """the length of the base model's samples the pairs are built from"""
+    sample_temperature: float = Field(0.8, gt=0, le=2)
+    sample_top_p: float = Field(0.95, gt=0, le=1)
+    min_gap: float = Field(0.02, ge=0)
+    """a pair is kept when its rule tells chosen from rejected by at least this much"""
+    prompts_jsonl: Optional[FilePath] = None
+    """real evaluation prompts, JSONL of {"prompt": ...} (P-Soups' Koala prompts, HelpSteer2)"""
+    pairs_jsonl: Optional[FilePath] = None
+    """real preference pairs, JSONL of {"prompt", "preference", "chosen", "rejected"}, in place of the
+    generated ones"""
+    require_real: bool = False
+    """refuse to start unless ``prompts_jsonl`` and ``pairs_jsonl`` are given (the ``paper`` preset)"""
+
+
+class PRM(Section):
+    """The personalised reward model: token-level DPO of ``models.prm_init`` against itself."""
+
+    seeds: int = Field(2, ge=1)
+    """PRM training seeds (each also trains its label-shuffled control)"""
+    epochs: int = Field(1, ge=1)
+    batch: int = Field(8, ge=1)
+    """pairs per optimiser step"""
+    lr: float = Field(2e-5, gt=0)
+    beta: float = Field(0.1, gt=0)
+    warmup_steps: int = Field(2, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    trainable_layers: int = Field(0, ge=0)
+    """train only the top this many decoder blocks (0: the whole model, as the paper)"""
+    num_workers: int = Field(1, ge=1)
+    shuffled_control: bool = True
+    """also train each seed's PRM on label-shuffled pairs (the negative control)"""
+
+
+class Decode(Section):
+    preferences: list[str] = Field(["simple", "excited", "personal"], min_length=1)
+    """the single preferences evaluated (and trained on)"""
+    unseen: list[str] = ["excited+personal"]
+    """combinations evaluated but never trained on"""
+    k: int = Field(10, ge=1)
+    """PAD's top-k (the official configs: 10)"""
+    w: float = Field(1.0, ge=0)
+    """PAD's weight for the claims (the official HelpSteer2 configs: 1.0)"""
+    w_grid: list[float] = [0.0, 0.5, 1.0, 2.0]
+    """weights swept on the first seed's PRM (the figure of alignment against w)"""
+    margin: float = Field(2.0, gt=0)
+    """the gated variant calls the PRM only at steps where some row's top-2 base logit margin is
+    below this"""
+    max_tokens: int = Field(32, ge=1)
+    best_of_n: int = Field(4, ge=2)
+    """Best-of-N's samples per query, ranked by the PRM's sequence reward"""
+    bon_temperature: float = Field(0.8, gt=0, le=2)
+
+
+class Models(Section):
+    base: str = "smollm2-135m-instruct"
+    """the frozen base model: a packaged model (llm.pretrained), a named tiny model, a checkpoint
+    folder or an HF id"""
+    prm_init: Optional[str] = None
+    """the PRM's starting point (and DPO reference); None: the base model (the paper initialises
+    its PRM from the base's family)"""
+
+
+class Config(StudyConfig):
+    seed: int = 0
+    models: Models = Models()
+    data: Data = Data()
+    prm: PRM = PRM()
+    decode: Decode = Decode()
+    max_concurrent_trials: int = Field(2, ge=1)
+    gpus_per_task: float = Field(0.0, ge=0)
+    """GPUs per decoding task (a cluster); 0 on CPU"""
+
+    @model_validator(mode="after")
+    def _preferences(self):
+        for name in [*self.decode.preferences, *self.decode.unseen]:
+            try:
+                preference(name)
+            except ValueError as exc:
+                raise ValueError(f"decode: {exc}") from None
+        trained = set(self.decode.preferences)
+        for name in self.decode.unseen:
+            if set(name.split("+")) - trained:
+                raise ValueError(f"decode.unseen: {name!r} combines a preference not in decode.preferences")
+        for name in self.decode.preferences:
+            if name not in SINGLES:
+                raise ValueError(f"decode.preferences: {name!r} is a combination; combinations go in decode.unseen")
+        return self
+
+
+PRESETS = {
+    "smoke": {
+        "models": {"base": "tiny-llama"},
+        "data": {"train_queries": 12, "eval_queries": 4, "samples_per_query": 3, "sample_tokens": 8},
+        "prm": {"seeds": 1, "epochs": 1, "batch": 4, "lr": 1e-3},
+        "decode": {"max_tokens": 6, "w_grid": [0.0, 1.0], "best_of_n": 2, "unseen": ["excited+personal"]},
+    },
+    "small": {},
+    "paper": {
+        "models": {"base": "princeton-nlp/Llama-3-Base-8B-SFT", "prm_init": "princeton-nlp/Llama-3-Base-8B-SFT"},
+        "data": {"require_real": True, "eval_queries": 50, "sample_tokens": 128},
+        "prm": {"seeds": 1, "epochs": 1, "batch": 64, "lr": 5e-7, "beta": 0.1, "num_workers": 8},
+        "decode": {"max_tokens": 128, "w_grid": [0.0, 0.1, 0.2, 0.5, 0.6, 0.8, 1.0, 1.2, 1.5], "k": 10, "w": 1.0},
+        "gpus_per_task": 1.0,
+    },
+}

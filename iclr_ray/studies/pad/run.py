@@ -1,0 +1,325 @@
+"""pad on Ray: the base model's samples of the training queries (Ray tasks), preference pairs from
+them, the reference log-probabilities of every pair (Ray tasks, once for every PRM), the
+personalised reward models as one Tune grid of Ray Train + DeepSpeed runs (per seed: the PRM and
+its label-shuffled control), then decoding as Ray tasks: one for base decoding and preference
+prompting, one for Best-of-N's samples, and one per PRM (PAD at the claims' weight, the gated
+variant, the weight sweep, Best-of-N's ranking, and each decoder's throughput in the same
+process)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+
+from ...config import ConfigError
+from ...runtime import RunContext
+from ...sweep.grid import resumable, run_grid
+from . import data as pdata
+from .config import Config
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def prepare(cfg: Config) -> dict[str, Any]:
+    """Every input read and checked before Ray starts (exit 2 on anything wrong)."""
+    d = cfg.data
+    if d.require_real:
+        missing = [k for k, v in (("data.prompts_jsonl", d.prompts_jsonl), ("data.pairs_jsonl", d.pairs_jsonl))
+                   if not v]
+        if missing:
+            raise ConfigError(f"data.require_real: this preset runs on real prompts and pairs only; set "
+                              f"{', '.join(missing)} (docs/studies/pad.md)")
+    inputs: dict[str, Any] = {}
+    if d.prompts_jsonl is not None:
+        inputs["eval_queries"] = pdata.read_prompts(d.prompts_jsonl)[:d.eval_queries]
+    else:
+        inputs["eval_queries"] = pdata.queries(d.eval_queries, held_out=True, seed=cfg.seed)
+    if d.pairs_jsonl is not None:
+        inputs["pairs"] = pdata.read_pairs(d.pairs_jsonl)
+    else:
+        inputs["train_queries"] = pdata.queries(d.train_queries, held_out=False, seed=cfg.seed)
+    from ...llm.model import TINY_MODELS
+
+    for key, source in (("models.base", cfg.models.base), ("models.prm_init", cfg.models.prm_init)):
+        if source is not None and source not in TINY_MODELS:
+            from ...llm import pretrained
+
+            try:
+                pretrained.check_available(source)
+            except ConfigError as exc:
+                raise ConfigError(f"{key}: {exc}") from None
+    if cfg.models.prm_init in TINY_MODELS and cfg.models.prm_init != cfg.models.base:
+        raise ConfigError("models.prm_init: a tiny model only as the base itself (PAD needs one vocabulary)")
+    return inputs
+
+
+def base_source(cfg: Config, root: Path, texts: list[str]) -> str:
+    """Where every task loads the base model from: a packaged name, a folder or an HF id as given;
+    a named tiny model is built once (seeded, its tokenizer trained on ``texts``) into the run
+    directory, so every task and trial reads the same weights."""
+    from ...llm.model import TINY_MODELS
+
+    if cfg.models.base not in TINY_MODELS:
+        return cfg.models.base
+    out = root / "base_model"
+    if not (out / "config.json").is_file():
+        from ...llm.model import build_model, build_tokenizer
+
+        tok = build_tokenizer(texts)
+        model = build_model(cfg.models.base, tok, seed=cfg.seed)
+        tmp = root / "base_model.tmp"
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        tmp.rename(out)
+    return str(out)
+
+
+def load(source: str):
+    import torch
+
+    from ...llm.model import load_pretrained
+
+    torch.set_num_threads(1)
+    model, tok = load_pretrained(source)
+    return model.eval(), tok
+
+
+def tokenizer_files(source: str) -> dict[str, bytes]:
+    import tempfile
+
+    from ...llm.model import TINY_MODELS, load_pretrained
+    from ...llm.pretrained import load_tokenizer
+    from ...llm.recipe import read_files
+
+    tok = load_tokenizer(source) if source not in TINY_MODELS else load_pretrained(source)[1]
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    with tempfile.TemporaryDirectory() as d:
+        tok.save_pretrained(d)
+        return read_files(d)
+
+
+# ----------------------------------------------------------------------------- Ray tasks
+
+
+@ray.remote(num_cpus=1)
+def sample_task(source: str, queries: list[str], n: int, max_tokens: int, temperature: float, top_p: float,
+                seed: int) -> list[list[str]]:
+    """``n`` samples of the base model for each query (plain prompt), as texts."""
+    from ...serve.decoding import SamplingParams, generate
+    from .evaluate import chat_ids
+
+    model, tok = load(source)
+    jobs = [(i, j) for i in range(len(queries)) for j in range(n)]
+    out: list[list[str]] = [[] for _ in queries]
+    for lo in range(0, len(jobs), 32):
+        part = jobs[lo:lo + 32]
+        texts = generate(model, tok, [chat_ids(tok, queries[i]) for i, _ in part],
+                         [SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                                         seed=seed * 1_000_003 + i * 101 + j) for i, j in part])
+        for (i, _), (text, _, _) in zip(part, texts):
+            out[i].append(text)
+    return out
+
+
+@ray.remote(num_cpus=1)
+def reference_task(source: str, pairs: list, pad_id: int) -> np.ndarray:
+    """The reference model's log-probabilities of a chunk of pairs, [n, 2]."""
+    from .prm import pair_logps
+
+    model, _ = load(source)
+    return pair_logps(model, pairs, pad_id).numpy()
+
+
+@ray.remote(num_cpus=1)
+def base_task(source: str, queries: list[str], prefs: dict[str, str], dec: dict[str, Any]) -> dict[str, Any]:
+    """Base decoding (plain prompt), preference prompting (the base on each personalised prompt),
+    and Best-of-N's candidates (samples of the plain prompt)."""
+    from .evaluate import decode_queries
+
+    model, tok = load(source)
+    out = {"base": decode_queries(model, tok, queries, dec["max_tokens"]).record(),
+           "prompting": {name: decode_queries(model, tok, queries, dec["max_tokens"], pref_text=text).record()
+                         for name, text in prefs.items()}}
+    cands: list[list[str]] = [[] for _ in queries]
+    for j in range(dec["best_of_n"]):
+        r = decode_queries(model, tok, queries, dec["max_tokens"], temperature=dec["bon_temperature"],
+                           seed=1000 * (j + 1))
+        for i, t in enumerate(r.texts):
+            cands[i].append(t)
+    out["candidates"] = cands
+    return out
+
+
+@ray.remote(num_cpus=1)
+def prm_task(source: str, prm_source: str, queries: list[str], prefs: dict[str, str], dec: dict[str, Any],
+             candidates: list[list[str]], sweep: bool, timed: bool) -> dict[str, Any]:
+    """Everything one PRM decides: PAD at w for every preference (all queries in one batch), Best-of-N's
+    picks by this PRM's sequence reward, the weight sweep and k = 1 (``sweep``); for the real PRMs
+    (``timed``) base, PAD and gated PAD decoding each query alone (a served request), timed in this
+    process."""
+    from .evaluate import best_of_n, decode_queries, sequence_reward
+
+    base, tok = load(source)
+    prm, prm_tok = load(prm_source)
+    if len(prm_tok) != len(tok) or prm.get_input_embeddings().weight.shape[0] != base.get_input_embeddings().weight.shape[0]:
+        raise ValueError(f"the PRM {prm_source} and the base {source} have different vocabularies; PAD here needs "
+                         "one tokenizer (the re-tokenisation path is not implemented)")
+    m, k, w = dec["max_tokens"], dec["k"], dec["w"]
+    out: dict[str, Any] = {"pad": {}, "bon": {}, "sweep": {}, "gated": {}, "pad_single": {}}
+    if timed:
+        out["base_single"] = decode_queries(base, tok, queries, m, one_at_a_time=True).record()
+    for name, text in prefs.items():
+        out["pad"][name] = decode_queries(base, tok, queries, m, prm=prm, prm_pref_text=text, k=k, w=w).record()
+        rewards = sequence_reward(prm, base, tok, queries, candidates, text)
+        out["bon"][name] = {"texts": best_of_n(candidates, rewards), "rewards": rewards}
+        if timed:
+            for key, margin in (("pad_single", None), ("gated", dec["margin"])):
+                out[key][name] = decode_queries(base, tok, queries, m, prm=prm, prm_pref_text=text, k=k, w=w,
+                                                margin=margin, one_at_a_time=True).record()
+        if sweep:
+            out["sweep"][name] = {str(x): decode_queries(base, tok, queries, m, prm=prm, prm_pref_text=text, k=k,
+                                                         w=x).texts
+                                  for x in dec["w_grid"] if x != w}
+            out["sweep"][name]["k1"] = decode_queries(base, tok, queries, m, prm=prm, prm_pref_text=text, k=1,
+                                                      w=w).texts
+    return out
+
+
+# ----------------------------------------------------------------------------- PRM trials
+
+
+def train_config(cfg: Config, model: str, seed: int, n_pairs: int):
+    from ...llm.recipe import TrainConfig
+
+    p = cfg.prm
+    steps = max(1, -(-n_pairs * p.epochs // p.batch))
+    return TrainConfig(model=model, micro_batch_size=max(1, p.batch // p.num_workers), grad_accum=1, max_steps=steps,
+                       lr=p.lr, weight_decay=p.weight_decay, schedule="cosine", warmup_steps=min(p.warmup_steps, steps - 1),
+                       zero_stage=2, num_workers=p.num_workers, seed=seed, max_failures=1,
+                       log_every=max(1, steps // 20))
+
+
+@resumable
+def prm_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, box: list) -> dict[str, Any]:
+    """One PRM: DPO from ``prm_init`` on the pairs (``shuffled``: the label-shuffled control),
+    through the shared Ray Train loop. ``box`` holds the object refs of the pairs, the reference
+    log-probabilities, the swap mask and the tokenizer files (stored once for every trial)."""
+    from ...llm.train import checkpoints, fit_recipe, read_steps
+    from .prm import DPORecipe
+
+    spec = config["spec"]
+    pairs_ref, ref_ref, swaps_ref, files, source = box
+    pairs, ref = ray.get(pairs_ref), ray.get(ref_ref)
+    if spec["kind"] == "shuffled":
+        swaps = ray.get(swaps_ref)
+        pairs = [type(p)(p.prompt, p.rejected, p.chosen) if s else p for p, s in zip(pairs, swaps)]
+        ref = np.where(swaps[:, None], ref[:, ::-1], ref)
+    t0 = time.perf_counter()
+    recipe = DPORecipe(ray.put(pairs), files, beta=cfg.prm.beta, ref_logps=ray.put(np.ascontiguousarray(ref)),
+                       trainable_layers=cfg.prm.trainable_layers)
+    tcfg = train_config(cfg, source, spec["seed"], len(pairs))
+    result = fit_recipe(tcfg, recipe, trial_dir, "train")
+    model = str(checkpoints(result)[-1][1] / "model")
+    curve = [{"step": s["step"], "loss": s["loss"]} for s in read_steps(trial_dir, "train")]
+    return {"scores": {"loss": result.metrics["loss"]}, "model": model, "curve": curve, "steps": tcfg.max_steps,
+            "seconds": time.perf_counter() - t0}
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def build_pairs(cfg: Config, ctx: RunContext, source: str) -> list[pdata.TextPair]:
+    if "pairs" in ctx.inputs:
+        return ctx.inputs["pairs"]
+    d = cfg.data
+    queries = ctx.inputs["train_queries"]
+    chunks = [queries[i::2] for i in range(2)]
+    ctx.say("sampling: %d training queries x %d samples of %d tokens ...", len(queries), d.samples_per_query,
+            d.sample_tokens)
+    refs = [sample_task.remote(source, c, d.samples_per_query, d.sample_tokens, d.sample_temperature, d.sample_top_p,
+                               cfg.seed + i) for i, c in enumerate(chunks) if c]
+    got = ctx.wait_all(refs, "sample chunks")
+    samples = [(q, s) for c, g in zip(chunks, got) for q, s in zip(c, g)]
+    return pdata.build_pairs(samples, cfg.decode.preferences, d.min_gap)
+
+
+def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
+    from .evaluate import text_pair
+
+    root = ctx.run_dir.path
+    queries = ctx.inputs["eval_queries"]
+    texts = list(ctx.inputs.get("train_queries", [])) + queries + [p.text for p in pdata.SINGLES.values()]
+    source = base_source(cfg, root, texts)
+    prm_init = cfg.models.prm_init or source
+    files = tokenizer_files(prm_init)
+    from ...llm.recipe import load_tokenizer
+
+    tok = load_tokenizer(files)
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+
+    # 1. preference pairs
+    text_pairs = build_pairs(cfg, ctx, source)
+    if not text_pairs:
+        raise ConfigError("no preference pairs: every sample tied under every rule (raise data.samples_per_query "
+                          "or data.sample_tokens, or lower data.min_gap)")
+    counts = {name: sum(p.preference == name for p in text_pairs) for name in sorted({p.preference for p in text_pairs})}
+    ctx.log(stage="pairs", n=len(text_pairs), **counts)
+    ctx.say("pairs: %d (%s)", len(text_pairs), ", ".join(f"{k} {v}" for k, v in counts.items()))
+    pairs = [text_pair(tok, p.query, pdata.preference_text(p.preference), p.chosen, p.rejected) for p in text_pairs]
+
+    # 2. the reference's log-probabilities, once for every PRM
+    chunks = [pairs[i::2] for i in range(2)]
+    got = ctx.wait_all([reference_task.remote(prm_init, c, pad_id) for c in chunks if c], "reference log-probs")
+    ref = np.zeros((len(pairs), 2))
+    for i, g in enumerate(got):
+        ref[i::2] = g
+    swaps = np.random.default_rng(cfg.seed + 7).permutation(len(pairs)) < len(pairs) // 2
+
+    # 3. the PRMs (and their label-shuffled controls)
+    seeds = list(range(cfg.seed, cfg.seed + cfg.prm.seeds))
+    kinds = ["real", "shuffled"] if cfg.prm.shuffled_control else ["real"]
+    specs = [{"label": f"seed{s}-{k}", "seed": s, "kind": k} for s in seeds for k in kinds]
+    ctx.say("PRM training: %d runs of %d steps from %s ...", len(specs), train_config(cfg, prm_init, 0, len(pairs)).max_steps,
+            prm_init)
+    box = [ray.put(pairs), ray.put(ref), ray.put(swaps), files, prm_init]
+    trials = run_grid(prm_trial, specs, storage=root / "tune", name="prm",
+                      max_concurrent_trials=cfg.max_concurrent_trials, cfg=cfg, box=box)
+    training = [{**{k: t.spec[k] for k in ("label", "seed", "kind")}, "curve": t.final["curve"],
+                 "steps": t.final["steps"], "seconds": t.final["seconds"], "model": t.final["model"]} for t in trials]
+    for t in training:
+        ctx.log(kind="prm", label=t["label"], loss=t["curve"][-1]["loss"] if t["curve"] else None)
+
+    # 4. decoding
+    prefs = {name: pdata.preference_text(name) for name in [*cfg.decode.preferences, *cfg.decode.unseen]}
+    dec = cfg.decode.model_dump()
+    opts = {"num_gpus": cfg.gpus_per_task} if cfg.gpus_per_task else {}
+    base_ref = base_task.options(**opts).remote(source, queries, prefs, dec)
+    cands_ref = _candidates.remote(base_ref)
+    prm_refs = [prm_task.options(**opts).remote(source, t.final["model"], queries, prefs, dec, cands_ref,
+                                                t.spec["seed"] == seeds[0] and t.spec["kind"] == "real",
+                                                t.spec["kind"] == "real")
+                for t in trials]
+    ctx.say("decoding: %d held-out queries x %d preferences, base + %d PRMs ...", len(queries), len(prefs),
+            len(prm_refs))
+    got = ctx.wait_all([base_ref, *prm_refs], "decoding tasks")
+    base, per_prm = got[0], got[1:]
+    base.pop("candidates")
+    decoded = [{**{k: t.spec[k] for k in ("label", "seed", "kind")}, **r} for t, r in zip(trials, per_prm)]
+    return {"queries": queries, "preferences": {"trained": cfg.decode.preferences, "unseen": cfg.decode.unseen,
+                                                "texts": prefs},
+            "pairs": {"n": len(pairs), "by_preference": counts,
+                      "examples": [vars(p) for p in text_pairs[:6]]},
+            "seeds": seeds, "training": training, "base": base, "prms": decoded,
+            "settings": {"k": cfg.decode.k, "w": cfg.decode.w, "margin": cfg.decode.margin,
+                         "w_grid": cfg.decode.w_grid, "best_of_n": cfg.decode.best_of_n,
+                         "max_tokens": cfg.decode.max_tokens}}
+
+
+@ray.remote(num_cpus=0)
+def _candidates(base: dict[str, Any]) -> list[list[str]]:
+    """Best-of-N's candidates out of the base task's result (so PRM tasks wait on it alone)."""
+    return base["candidates"]

@@ -1,0 +1,141 @@
+"""pad's claims on metrics built here: PAD replies that carry the requested style hold every claim;
+negative controls (PAD that changes nothing, a shuffled PRM as good as the real one, one style for
+every preference, a gate that is slower) do not; the report and figures draw from the metrics."""
+import copy
+
+import numpy as np
+import pytest
+
+from iclr_ray.studies.pad import analysis, data, plots
+
+TRAINED = ["simple", "excited", "personal"]
+UNSEEN = ["excited+personal"]
+FILLER = "considerable preparation requires substantial understanding regarding procedures".split()
+
+
+def _base_reply(rng) -> str:
+    words = list(rng.choice(FILLER, size=int(rng.integers(4, 8))))
+    return "It is " + " ".join(words) + "."
+
+
+def _styled(pref: str, rng) -> str:
+    """A reply that scores high under ``pref``'s rules and like the base under the others."""
+    words = " ".join(rng.choice(FILLER, size=int(rng.integers(3, 6))))
+    if pref == "simple":
+        return "It is a good and fun day to go " + " ".join(["out"] * int(rng.integers(1, 4))) + "."
+    if pref == "excited":
+        return f"It is {words}! Wonderful!"
+    if pref == "personal":
+        return f"You will find your {words} rewarding."
+    return f"You will love your {words}!"  # excited+personal
+
+
+def _rec(texts, seconds=1.0, calls=0, steps=0):
+    return {"texts": texts, "tokens": 10 * len(texts), "seconds": seconds, "prm_calls": calls, "steps": steps}
+
+
+def fake_metrics(n=12, seeds=(0, 1), pad_reply=_styled, shuffled_reply=None, gated_seconds=0.6):
+    rng = np.random.default_rng(0)
+    queries = [f"q{i}" for i in range(n)]
+    base_texts = [_base_reply(rng) for _ in queries]
+    prefs = [*TRAINED, *UNSEEN]
+    prompting = {p: _rec([t if i % 3 else _styled(p, rng) for i, t in enumerate(base_texts)]) for p in prefs}
+    prms = []
+    for kind, reply in (("real", pad_reply), ("shuffled", shuffled_reply or (lambda p, r: _base_reply(r)))):
+        for s in seeds:
+            pad = {p: _rec([reply(p, rng) for _ in queries]) for p in prefs}
+            r = {"label": f"seed{s}-{kind}", "seed": s, "kind": kind, "pad": pad,
+                 "bon": {p: {"texts": list(base_texts), "rewards": [[0.0]] * n} for p in prefs},
+                 "sweep": {}, "gated": {}, "pad_single": {}}
+            if kind == "real":
+                r["base_single"] = _rec(base_texts, seconds=0.5)
+                for p in prefs:
+                    r["pad_single"][p] = _rec(pad[p]["texts"], seconds=1.0 + 0.05 * rng.random())
+                    r["gated"][p] = _rec(pad[p]["texts"], seconds=gated_seconds + 0.05 * rng.random(), calls=3,
+                                         steps=10)
+                if s == seeds[0]:
+                    r["sweep"] = {p: {"0.0": list(base_texts), "k1": list(base_texts), "2.0": pad[p]["texts"]}
+                                  for p in prefs}
+            prms.append(r)
+    return {"queries": queries,
+            "preferences": {"trained": TRAINED, "unseen": UNSEEN, "texts": {p: data.preference_text(p) for p in prefs}},
+            "pairs": {"n": 30, "by_preference": {p: 10 for p in TRAINED},
+                      "examples": [{"query": "q", "preference": "simple", "chosen": "a", "rejected": "b", "gap": 0.1}]},
+            "seeds": list(seeds),
+            "training": [{"label": r["label"], "seed": r["seed"], "kind": r["kind"], "steps": 2, "seconds": 3.0,
+                          "model": f"/x/{r['label']}", "curve": [{"step": 1, "loss": 0.69}, {"step": 2, "loss": 0.3}]}
+                         for r in prms],
+            "base": {"base": _rec(base_texts), "prompting": prompting},
+            "prms": prms,
+            "settings": {"k": 10, "w": 1.0, "margin": 2.0, "w_grid": [0.0, 1.0, 2.0], "best_of_n": 4,
+                         "max_tokens": 32}}
+
+
+def _by_id(claims):
+    return {c.id: c for c in claims}
+
+
+def test_pad_that_carries_the_style_holds_every_claim():
+    c = _by_id(analysis.claims(fake_metrics(), None))
+    for d in TRAINED:
+        assert c[f"beats_base_{d}"].holds is True and c[f"beats_prompting_{d}"].holds is True, d
+    assert c["unseen_excited_personal"].holds is True
+    assert c["needs_learned_preference"].holds is True and c["personalised"].holds is True
+    assert c["beats_best_of_n"].holds is True and c["gate_speeds_up"].holds is True
+    assert c["w0_is_base"].check and c["w0_is_base"].holds is True and c["k1_is_base"].holds is True
+    assert c["beats_base_simple"].n == 12  # the unit: held-out queries (PRM seeds averaged first)
+
+
+def test_negative_control_pad_that_changes_nothing_holds_no_gain():
+    m = fake_metrics()
+    for r in analysis.prm_runs(m, "real"):
+        for p in r["pad"]:
+            r["pad"][p]["texts"] = list(m["base"]["base"]["texts"])
+    c = _by_id(analysis.claims(m, None))
+    for d in TRAINED:
+        assert c[f"beats_base_{d}"].holds is False, d  # exactly zero gain: not a rise
+    assert c["unseen_excited_personal"].holds is False and c["personalised"].holds is False
+
+
+def test_negative_control_a_shuffled_prm_as_good_as_the_real_one():
+    c = _by_id(analysis.claims(fake_metrics(shuffled_reply=_styled), None))
+    assert c["needs_learned_preference"].holds is not True
+    assert c["beats_base_simple"].holds is True  # the real PRM still beats the base; the control says why
+
+
+def test_negative_control_one_style_for_every_preference_is_not_personal():
+    c = _by_id(analysis.claims(fake_metrics(pad_reply=lambda p, r: "You will love it! Yes!"), None))
+    assert c["personalised"].holds is False
+    assert c["beats_base_excited"].holds is True  # the style happens to suit some preferences
+
+
+def test_negative_control_a_gate_slower_than_pad_and_broken_identities():
+    m = fake_metrics(gated_seconds=1.5)
+    r = analysis.prm_runs(m, "real")[0]
+    for p in r["sweep"]:
+        r["sweep"][p]["0.0"] = list(r["pad"][p]["texts"])
+    c = _by_id(analysis.claims(m, None))
+    assert c["gate_speeds_up"].holds is False and c["w0_is_base"].holds is False
+    assert c["k1_is_base"].holds is True
+
+
+def test_report_and_figures_read_the_metrics_only():
+    m = fake_metrics()
+    text = analysis.report_md(m, None)
+    for part in ("Preference pairs", "PRM training", "Alignment on 12 held-out", "Cost", "Alignment against w",
+                 "/x/seed0-real"):
+        assert part in text, part
+    figs = plots.plot_all(copy.deepcopy(m), None)
+    assert set(figs) == {"alignment", "weight_sweep", "prm_training", "cost"}
+    m1 = fake_metrics(seeds=(0,))
+    m1["prms"] = [r for r in m1["prms"] if r["kind"] == "real"]
+    c = _by_id(analysis.claims(m1, None))
+    assert "needs_learned_preference" not in c and c["beats_base_simple"].holds is True
+
+
+@pytest.mark.parametrize("w, expect", [("2.0", 1.0), ("0.0", 0.0)])
+def test_the_weight_sweep_curve_includes_the_claims_weight(w, expect):
+    curve = analysis.sweep_curve(fake_metrics())["excited"]
+    assert [x for x, _ in curve] == [0.0, 1.0, 2.0]
+    at = dict(curve)[float(w)]
+    assert (at > 0.5) == bool(expect)
