@@ -139,3 +139,14 @@ def test_the_weight_sweep_curve_includes_the_claims_weight(w, expect):
     assert [x for x, _ in curve] == [0.0, 1.0, 2.0]
     at = dict(curve)[float(w)]
     assert (at > 0.5) == bool(expect)
+
+
+def test_preferences_without_rules_are_scored_by_their_reward_models():
+    m = fake_metrics(n=3)
+    texts = m["base"]["base"]["texts"]
+    m["rm_scores"] = {"helpful": {str(i): {t: float(i)} for i, t in enumerate(texts)}}
+    assert list(analysis.scores(texts, "helpful", m)) == [0.0, 1.0, 2.0]
+    both = analysis.scores(texts, "helpful+excited", m)
+    assert list(both) == [(i + data.excited(t)) / 2 for i, t in enumerate(texts)]
+    assert np.isnan(analysis.scores(texts, "humor", m)).all()  # neither a rule nor a reward model
+    assert np.isnan(analysis.scores(["unscored reply", *texts[1:]], "helpful", m)[0])

@@ -83,3 +83,20 @@ def test_reference_log_probs_computed_before_training_equal_the_recipes_own(tok,
     with pytest.raises(ValueError, match="shape"):
         DPORecipe(pairs, files, ref_logps=given[:1].numpy()).setup()
     assert isinstance(pairs[0], Pair) and pairs[0].chosen == evaluate.response_ids(tok, "the weather")
+
+
+def test_reward_model_scores_are_the_classifier_logit_of_the_exchange(tok):
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    from iclr_ray.llm.model import TINY_MODELS
+
+    torch.manual_seed(0)
+    rm = LlamaForSequenceClassification(LlamaConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, num_labels=1,
+                                                    **TINY_MODELS["tiny-llama"])).eval()
+    got = evaluate.reward_model_scores(rm, tok, "Tell me.", ["fine weather", "a letter"])
+    ids = tok.apply_chat_template([{"role": "user", "content": "Tell me."}, {"role": "assistant", "content": "a letter"}],
+                                  tokenize=True)
+    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    with torch.no_grad():
+        want = float(rm(input_ids=torch.tensor([ids])).logits[0, 0])
+    assert got[1] == pytest.approx(want) and got[0] != got[1]

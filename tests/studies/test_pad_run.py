@@ -18,6 +18,8 @@ from iclr_ray.runtime import free_port  # noqa: E402
 
 def test_paper_preset_refuses_to_start_without_real_prompts_and_pairs(input_error):
     line = input_error("pad", [], preset="paper")  # exit 2, one line, nothing written
+    assert "data.prompts_jsonl" in line and "pairs" not in line  # the released PRM needs no pairs
+    line = input_error("pad", ["models.prm=null"], preset="paper")  # a PRM to train needs real pairs
     assert "data.prompts_jsonl" in line and "data.pairs_jsonl" in line
 
 
@@ -30,6 +32,22 @@ def test_input_errors_exit_2_before_ray(input_error, tmp_path):
     assert f"{prompts}:2" in input_error("pad", [f"data.prompts_jsonl={prompts}"])
     assert "is not a model checkpoint" in input_error("pad", [f"models.base={tmp_path}"])
     assert "held-out queries asked for" in input_error("pad", ["data.eval_queries=5000"])
+    assert "mixes the study's preferences" in input_error("pad", ["decode.preference_texts={helpful: Be helpful.}",
+                                                                 "decode.preferences=[simple, helpful]",
+                                                                 "decode.unseen=[simple+helpful]"])
+    assert "decode.reward_models.helpful" in input_error("pad", [f"decode.reward_models={{helpful: {tmp_path}}}"])
+
+
+def test_reward_model_jobs_collect_every_reply_a_part_needs():
+    from iclr_ray.studies.pad.run import reward_model_jobs
+
+    rec = lambda *t: {"texts": list(t)}  # noqa: E731
+    base = {"base": rec("b0", "b1"), "prompting": {"helpful": rec("p0", "p1"), "humor": rec("h0", "h1"),
+                                                   "helpful+humor": rec("c0", "c1")}}
+    prm = {"pad": {"helpful": rec("x0", "b1"), "humor": rec("y0", "y1")}, "bon": {"helpful": rec("z0", "z1")},
+           "sweep": {"helpful": {"0.0": ["b0", "b1"]}}}
+    jobs = reward_model_jobs(base, [prm], ["helpful", "humor", "helpful+humor"], {"helpful": "rm"})
+    assert jobs == {"helpful": [["b0", "c0", "p0", "x0", "z0"], ["b1", "c1", "p1", "z1"]]}
 
 
 @pytest.fixture(scope="module")

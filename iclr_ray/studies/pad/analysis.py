@@ -14,18 +14,23 @@ import numpy as np
 
 from ...claims import Claim, Estimate, exact, mean, paired_difference
 from ...markdown import fmt, table
-from .data import Preference, preference, score
+from .data import RULES
 
 
-def _pref(name: str, metrics: dict[str, Any]) -> Preference:
-    try:
-        return preference(name)
-    except ValueError:  # free text from a real data set: no rule scores it
-        return Preference(name, metrics["preferences"]["texts"].get(name, name), ())
-
-
-def scores(texts: list[str], pref: Preference) -> np.ndarray:
-    return np.array([score(t, pref) if pref.rules else math.nan for t in texts])
+def scores(texts: list[str], name: str, metrics: dict[str, Any]) -> np.ndarray:
+    """Per query, the alignment of its reply (texts in query order) to preference ``name``: the
+    mean over its parts (a combination has two) of the part's rule score, or of the part's reward
+    model score (metrics["rm_scores"]); NaN where neither scores it."""
+    parts = []
+    for part in name.split("+"):
+        if part in RULES:
+            parts.append([RULES[part](t) for t in texts])
+        elif part in metrics.get("rm_scores", {}):
+            rm = metrics["rm_scores"][part]
+            parts.append([rm.get(str(i), {}).get(t, math.nan) for i, t in enumerate(texts)])
+        else:
+            parts.append([math.nan] * len(texts))
+    return np.mean(np.array(parts, dtype=float), axis=0)
 
 
 def prm_runs(metrics: dict[str, Any], kind: str) -> list[dict[str, Any]]:
@@ -36,15 +41,14 @@ def method_scores(metrics: dict[str, Any], method: str, name: str, kind: str = "
     """Per held-out query, the alignment of ``method``'s replies to preference ``name``: base
     (plain prompt), prompting (the personalised prompt), pad / gated / bon (mean over the PRM
     seeds of ``kind``)."""
-    pref = _pref(name, metrics)
     if method == "base":
-        return scores(metrics["base"]["base"]["texts"], pref)
+        return scores(metrics["base"]["base"]["texts"], name, metrics)
     if method == "prompting":
-        return scores(metrics["base"]["prompting"][name]["texts"], pref)
+        return scores(metrics["base"]["prompting"][name]["texts"], name, metrics)
     runs = prm_runs(metrics, kind)
     if not runs:
         return np.full(len(metrics["queries"]), math.nan)
-    return np.mean([scores(r[method][name]["texts"], pref) for r in runs], axis=0)
+    return np.mean([scores(r[method][name]["texts"], name, metrics) for r in runs], axis=0)
 
 
 def mean_over(metrics: dict[str, Any], method: str, names: list[str], kind: str = "real") -> np.ndarray:
@@ -59,9 +63,8 @@ def cross_scores(metrics: dict[str, Any]) -> np.ndarray:
         return np.full(len(metrics["queries"]), math.nan)
     out = []
     for d in names:
-        pref = _pref(d, metrics)
         own = method_scores(metrics, "pad", d)
-        others = [np.mean([scores(r["pad"][o]["texts"], pref) for r in prm_runs(metrics, "real")], axis=0)
+        others = [np.mean([scores(r["pad"][o]["texts"], d, metrics) for r in prm_runs(metrics, "real")], axis=0)
                   for o in names if o != d]
         out.append(own - np.mean(others, axis=0))
     return np.mean(out, axis=0)
@@ -103,9 +106,8 @@ def sweep_curve(metrics: dict[str, Any]) -> dict[str, list[tuple[float, float]]]
         if not r.get("sweep"):
             continue
         for name, sweep in r["sweep"].items():
-            pref = _pref(name, metrics)
-            pts = [(float(w), float(np.nanmean(scores(t, pref)))) for w, t in sweep.items() if w != "k1"]
-            pts.append((float(w0), float(np.nanmean(scores(r["pad"][name]["texts"], pref)))))
+            pts = [(float(w), float(np.nanmean(scores(t, name, metrics)))) for w, t in sweep.items() if w != "k1"]
+            pts.append((float(w0), float(np.nanmean(scores(r["pad"][name]["texts"], name, metrics)))))
             out[name] = sorted(pts)
         break
     return out

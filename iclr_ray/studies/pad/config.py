@@ -11,7 +11,7 @@ from typing import Optional
 from pydantic import Field, FilePath, model_validator
 
 from ...config import Section, StudyConfig
-from .data import SINGLES, preference
+from .data import preference, preference_text
 
 
 class Data(Section):
@@ -56,9 +56,15 @@ class PRM(Section):
 
 class Decode(Section):
     preferences: list[str] = Field(["simple", "excited", "personal"], min_length=1)
-    """the single preferences evaluated (and trained on)"""
+    """the single preferences evaluated (and trained on): the study's own (data.SINGLES, scored by
+    rules) or names given a text in ``preference_texts`` (scored by ``reward_models``)"""
     unseen: list[str] = ["excited+personal"]
     """combinations evaluated but never trained on"""
+    preference_texts: dict[str, str] = {}
+    """how preferences outside the study's own are stated to the PRM (e.g. P-Soups' dimensions)"""
+    reward_models: dict[str, str] = {}
+    """preference -> a sequence-classification reward model (HF id or folder) that scores a reply to
+    it, as the paper evaluates; a preference the study has a rule for is scored by the rule"""
     k: int = Field(10, ge=1)
     """PAD's top-k (the official configs: 10)"""
     w: float = Field(1.0, ge=0)
@@ -81,6 +87,9 @@ class Models(Section):
     prm_init: Optional[str] = None
     """the PRM's starting point (and DPO reference); None: the base model (the paper initialises
     its PRM from the base's family)"""
+    prm: Optional[str] = None
+    """a PRM trained elsewhere, used as it is (the paper's released one by HF id): no pairs, no
+    training, no shuffled control"""
 
 
 class Config(StudyConfig):
@@ -93,19 +102,32 @@ class Config(StudyConfig):
     gpus_per_task: float = Field(0.0, ge=0)
     """GPUs per decoding task (a cluster); 0 on CPU"""
 
+    def preference_text(self, name: str) -> str:
+        """How preference ``name`` (or combination) is stated to the PRM."""
+        own = self.decode.preference_texts
+        if all(p in own for p in name.split("+")):
+            return " ".join(own[p] for p in name.split("+"))
+        return preference_text(name)
+
     @model_validator(mode="after")
     def _preferences(self):
+        own = self.decode.preference_texts
         for name in [*self.decode.preferences, *self.decode.unseen]:
+            mine = [p in own for p in name.split("+")]
+            if all(mine):
+                continue
+            if any(mine):
+                raise ValueError(f"decode: {name!r} mixes the study's preferences with decode.preference_texts ones")
             try:
                 preference(name)
             except ValueError as exc:
-                raise ValueError(f"decode: {exc}") from None
+                raise ValueError(f"decode: {exc} (or give its text in decode.preference_texts)") from None
         trained = set(self.decode.preferences)
         for name in self.decode.unseen:
             if set(name.split("+")) - trained:
                 raise ValueError(f"decode.unseen: {name!r} combines a preference not in decode.preferences")
         for name in self.decode.preferences:
-            if name not in SINGLES:
+            if "+" in name:
                 raise ValueError(f"decode.preferences: {name!r} is a combination; combinations go in decode.unseen")
         return self
 
@@ -119,10 +141,19 @@ PRESETS = {
     },
     "small": {},
     "paper": {
-        "models": {"base": "princeton-nlp/Llama-3-Base-8B-SFT", "prm_init": "princeton-nlp/Llama-3-Base-8B-SFT"},
-        "data": {"require_real": True, "eval_queries": 50, "sample_tokens": 128},
+        # the base model and the released PRM by HF id (training a PRM instead: set models.prm to
+        # null and give data.pairs_jsonl; prm.* are then DPO's usual values, not read from the paper)
+        "models": {"base": "princeton-nlp/Llama-3-Base-8B-SFT", "prm": "RuizheChen/PAD"},
+        "data": {"require_real": True, "eval_queries": 50},
         "prm": {"seeds": 1, "epochs": 1, "batch": 64, "lr": 5e-7, "beta": 0.1, "num_workers": 8},
-        "decode": {"max_tokens": 128, "w_grid": [0.0, 0.1, 0.2, 0.5, 0.6, 0.8, 1.0, 1.2, 1.5], "k": 10, "w": 1.0},
+        "decode": {"max_tokens": 128, "w_grid": [0.0, 0.1, 0.2, 0.5, 0.6, 0.8, 1.0, 1.2, 1.5], "k": 10, "w": 1.0,
+                   "preferences": ["helpful", "harmless", "humor"], "unseen": ["helpful+harmless"],
+                   "preference_texts": {"helpful": "Be helpful: give a useful, informative and complete answer.",
+                                        "harmless": "Be harmless: avoid anything unsafe, offensive or unethical.",
+                                        "humor": "Be humorous: answer with wit and a sense of humour."},
+                   "reward_models": {"helpful": "Ray2333/gpt2-large-helpful-reward_model",
+                                     "harmless": "Ray2333/gpt2-large-harmless-reward_model",
+                                     "humor": "mohameddhiab/humor-no-humor"}},
         "gpus_per_task": 1.0,
     },
 }

@@ -129,3 +129,23 @@ def sequence_reward(prm, base, tokenizer, queries: Sequence[str], candidates: Se
 def best_of_n(candidates: Sequence[Sequence[str]], rewards: Sequence[Sequence[float]]) -> list[str]:
     """Each query's candidate with the largest reward (the first of ties)."""
     return [c[max(range(len(r)), key=lambda j: r[j])] for c, r in zip(candidates, rewards)]
+
+
+@torch.no_grad()
+def reward_model_scores(model, tokenizer, query: str, replies: Sequence[str]) -> list[float]:
+    """A sequence-classification reward model's score of each reply to ``query`` (its first logit):
+    the exchange through the tokenizer's chat template when it has one, else query and reply on
+    two lines (the GPT-2 reward models the paper evaluates with read plain text)."""
+    out = []
+    for reply in replies:
+        if getattr(tokenizer, "chat_template", None) is not None:
+            ids = tokenizer.apply_chat_template([{"role": "user", "content": query},
+                                                 {"role": "assistant", "content": reply}], tokenize=True)
+            ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        else:
+            ids = list(tokenizer(f"{query}\n{reply}").input_ids)
+        limit = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+        if limit:
+            ids = ids[-int(limit):]
+        out.append(float(model(input_ids=torch.tensor([ids])).logits[0, 0]))
+    return out

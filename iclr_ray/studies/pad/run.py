@@ -27,23 +27,29 @@ def prepare(cfg: Config) -> dict[str, Any]:
     """Every input read and checked before Ray starts (exit 2 on anything wrong)."""
     d = cfg.data
     if d.require_real:
-        missing = [k for k, v in (("data.prompts_jsonl", d.prompts_jsonl), ("data.pairs_jsonl", d.pairs_jsonl))
-                   if not v]
+        need = [("data.prompts_jsonl", d.prompts_jsonl)]
+        if cfg.models.prm is None:  # a PRM to train needs real pairs
+            need.append(("data.pairs_jsonl", d.pairs_jsonl))
+        missing = [k for k, v in need if not v]
         if missing:
-            raise ConfigError(f"data.require_real: this preset runs on real prompts and pairs only; set "
+            raise ConfigError(f"data.require_real: this preset runs on real data only; set "
                               f"{', '.join(missing)} (docs/studies/pad.md)")
     inputs: dict[str, Any] = {}
     if d.prompts_jsonl is not None:
         inputs["eval_queries"] = pdata.read_prompts(d.prompts_jsonl)[:d.eval_queries]
     else:
         inputs["eval_queries"] = pdata.queries(d.eval_queries, held_out=True, seed=cfg.seed)
-    if d.pairs_jsonl is not None:
+    if cfg.models.prm is not None:
+        pass  # a given PRM: nothing to train on
+    elif d.pairs_jsonl is not None:
         inputs["pairs"] = pdata.read_pairs(d.pairs_jsonl)
     else:
         inputs["train_queries"] = pdata.queries(d.train_queries, held_out=False, seed=cfg.seed)
     from ...llm.model import TINY_MODELS
 
-    for key, source in (("models.base", cfg.models.base), ("models.prm_init", cfg.models.prm_init)):
+    sources = [("models.base", cfg.models.base), ("models.prm_init", cfg.models.prm_init), ("models.prm", cfg.models.prm),
+               *((f"decode.reward_models.{k}", v) for k, v in cfg.decode.reward_models.items())]
+    for key, source in sources:
         if source is not None and source not in TINY_MODELS:
             from ...llm import pretrained
 
@@ -247,17 +253,14 @@ def build_pairs(cfg: Config, ctx: RunContext, source: str) -> list[pdata.TextPai
     return pdata.build_pairs(samples, cfg.decode.preferences, d.min_gap)
 
 
-def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
+def train_prms(cfg: Config, ctx: RunContext, source: str) -> tuple[dict[str, Any], list[dict], list[dict]]:
+    """Pairs, their reference log-probabilities and the PRMs (with their shuffled controls):
+    (the pairs' summary, each PRM's training record, each PRM as {label, seed, kind, model})."""
+    from ...llm.recipe import load_tokenizer
     from .evaluate import text_pair
 
-    root = ctx.run_dir.path
-    queries = ctx.inputs["eval_queries"]
-    texts = list(ctx.inputs.get("train_queries", [])) + queries + [p.text for p in pdata.SINGLES.values()]
-    source = base_source(cfg, root, texts)
     prm_init = cfg.models.prm_init or source
     files = tokenizer_files(prm_init)
-    from ...llm.recipe import load_tokenizer
-
     tok = load_tokenizer(files)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
 
@@ -269,7 +272,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     counts = {name: sum(p.preference == name for p in text_pairs) for name in sorted({p.preference for p in text_pairs})}
     ctx.log(stage="pairs", n=len(text_pairs), **counts)
     ctx.say("pairs: %d (%s)", len(text_pairs), ", ".join(f"{k} {v}" for k, v in counts.items()))
-    pairs = [text_pair(tok, p.query, pdata.preference_text(p.preference), p.chosen, p.rejected) for p in text_pairs]
+    pairs = [text_pair(tok, p.query, cfg.preference_text(p.preference), p.chosen, p.rejected) for p in text_pairs]
 
     # 2. the reference's log-probabilities, once for every PRM
     chunks = [pairs[i::2] for i in range(2)]
@@ -283,37 +286,101 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     seeds = list(range(cfg.seed, cfg.seed + cfg.prm.seeds))
     kinds = ["real", "shuffled"] if cfg.prm.shuffled_control else ["real"]
     specs = [{"label": f"seed{s}-{k}", "seed": s, "kind": k} for s in seeds for k in kinds]
-    ctx.say("PRM training: %d runs of %d steps from %s ...", len(specs), train_config(cfg, prm_init, 0, len(pairs)).max_steps,
-            prm_init)
+    ctx.say("PRM training: %d runs of %d steps from %s ...", len(specs),
+            train_config(cfg, prm_init, 0, len(pairs)).max_steps, prm_init)
     box = [ray.put(pairs), ray.put(ref), ray.put(swaps), files, prm_init]
-    trials = run_grid(prm_trial, specs, storage=root / "tune", name="prm",
+    trials = run_grid(prm_trial, specs, storage=ctx.run_dir.path / "tune", name="prm",
                       max_concurrent_trials=cfg.max_concurrent_trials, cfg=cfg, box=box)
     training = [{**{k: t.spec[k] for k in ("label", "seed", "kind")}, "curve": t.final["curve"],
                  "steps": t.final["steps"], "seconds": t.final["seconds"], "model": t.final["model"]} for t in trials]
     for t in training:
         ctx.log(kind="prm", label=t["label"], loss=t["curve"][-1]["loss"] if t["curve"] else None)
+    summary = {"n": len(pairs), "by_preference": counts, "examples": [vars(p) for p in text_pairs[:6]]}
+    prms = [{k: t[k] for k in ("label", "seed", "kind", "model")} for t in training]
+    return summary, training, prms
+
+
+def reward_model_jobs(base: dict[str, Any], per_prm: list[dict[str, Any]], names: list[str],
+                      rms: dict[str, str]) -> dict[str, list[list[str]]]:
+    """For each preference part with a reward model: per query, every distinct reply any decoder
+    gave to a preference that contains it."""
+    out: dict[str, list[set[str]]] = {}
+    for part in rms:
+        per_query = [set() for _ in base["base"]["texts"]]
+        lists = [base["base"]["texts"]]
+        for name in names:
+            if part not in name.split("+"):
+                continue
+            lists.append(base["prompting"][name]["texts"])
+            for r in per_prm:
+                for key in ("pad", "gated", "pad_single", "bon"):
+                    if name in r.get(key, {}):
+                        lists.append(r[key][name]["texts"])
+                lists.extend(v for v in r.get("sweep", {}).get(name, {}).values())
+        for texts in lists:
+            for i, t in enumerate(texts):
+                per_query[i].add(t)
+        out[part] = per_query
+    return {part: [sorted(s) for s in q] for part, q in out.items()}
+
+
+@ray.remote(num_cpus=1)
+def reward_model_task(source: str, queries: list[str], replies: list[list[str]]) -> dict[str, dict[str, float]]:
+    """A reward model's score of every (query, reply): {query index: {reply: score}}."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from .evaluate import reward_model_scores
+
+    torch.set_num_threads(1)
+    tok = AutoTokenizer.from_pretrained(source)
+    model = AutoModelForSequenceClassification.from_pretrained(source).eval()
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    return {str(i): dict(zip(rs, reward_model_scores(model, tok, q, rs))) for i, (q, rs) in enumerate(zip(queries, replies))}
+
+
+def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
+    root = ctx.run_dir.path
+    queries = ctx.inputs["eval_queries"]
+    texts = list(ctx.inputs.get("train_queries", [])) + queries + [p.text for p in pdata.SINGLES.values()]
+    source = base_source(cfg, root, texts)
+    if cfg.models.prm is not None:
+        ctx.say("PRM: %s as given (no training)", cfg.models.prm)
+        summary, training = {"n": 0, "by_preference": {}, "examples": []}, []
+        prms = [{"label": "given", "seed": cfg.seed, "kind": "real", "model": cfg.models.prm}]
+    else:
+        summary, training, prms = train_prms(cfg, ctx, source)
 
     # 4. decoding
-    prefs = {name: pdata.preference_text(name) for name in [*cfg.decode.preferences, *cfg.decode.unseen]}
+    names = [*cfg.decode.preferences, *cfg.decode.unseen]
+    prefs = {name: cfg.preference_text(name) for name in names}
     dec = cfg.decode.model_dump()
     opts = {"num_gpus": cfg.gpus_per_task} if cfg.gpus_per_task else {}
     base_ref = base_task.options(**opts).remote(source, queries, prefs, dec)
     cands_ref = _candidates.remote(base_ref)
-    prm_refs = [prm_task.options(**opts).remote(source, t.final["model"], queries, prefs, dec, cands_ref,
-                                                t.spec["seed"] == seeds[0] and t.spec["kind"] == "real",
-                                                t.spec["kind"] == "real")
-                for t in trials]
+    first = next(p["label"] for p in prms if p["kind"] == "real")
+    prm_refs = [prm_task.options(**opts).remote(source, p["model"], queries, prefs, dec, cands_ref,
+                                                p["label"] == first, p["kind"] == "real")
+                for p in prms]
     ctx.say("decoding: %d held-out queries x %d preferences, base + %d PRMs ...", len(queries), len(prefs),
             len(prm_refs))
     got = ctx.wait_all([base_ref, *prm_refs], "decoding tasks")
     base, per_prm = got[0], got[1:]
     base.pop("candidates")
-    decoded = [{**{k: t.spec[k] for k in ("label", "seed", "kind")}, **r} for t, r in zip(trials, per_prm)]
+    decoded = [{**{k: p[k] for k in ("label", "seed", "kind")}, **r} for p, r in zip(prms, per_prm)]
+
+    # 5. the reward models' scores, where a preference has one and no rule
+    rms = {k: v for k, v in cfg.decode.reward_models.items() if k not in pdata.RULES}
+    rm_scores: dict[str, Any] = {}
+    if rms:
+        jobs = reward_model_jobs(base, decoded, names, rms)
+        refs = {part: reward_model_task.options(**opts).remote(rms[part], queries, jobs[part]) for part in rms}
+        rm_scores = dict(zip(refs, ctx.wait_all(list(refs.values()), "reward-model scoring")))
     return {"queries": queries, "preferences": {"trained": cfg.decode.preferences, "unseen": cfg.decode.unseen,
                                                 "texts": prefs},
-            "pairs": {"n": len(pairs), "by_preference": counts,
-                      "examples": [vars(p) for p in text_pairs[:6]]},
-            "seeds": seeds, "training": training, "base": base, "prms": decoded,
+            "pairs": summary, "seeds": sorted({p["seed"] for p in prms}), "training": training, "base": base,
+            "prms": decoded, "rm_scores": rm_scores,
             "settings": {"k": cfg.decode.k, "w": cfg.decode.w, "margin": cfg.decode.margin,
                          "w_grid": cfg.decode.w_grid, "best_of_n": cfg.decode.best_of_n,
                          "max_tokens": cfg.decode.max_tokens}}
