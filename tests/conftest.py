@@ -144,3 +144,23 @@ def input_error(tmp_path):
         return lines[0]
 
     return check
+
+
+@pytest.fixture(scope="session")
+def wait_serving():
+    """``wait_serving(base_url)``: poll ``GET base_url/v1/models`` until a Serve app answers 200
+    (up to ``timeout`` seconds; the test fails if it never does)."""
+    def wait(base: str, timeout: float = 120) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{base}/v1/models", timeout=5).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        pytest.fail(f"{base} did not start serving within {timeout:.0f} s")
+
+    return wait

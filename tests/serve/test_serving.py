@@ -20,7 +20,7 @@ CHATS = [[{"role": "user", "content": f"say {w} twice"}, {"role": "assistant", "
 
 
 @pytest.fixture(scope="module")
-def served(ray_cluster, tmp_path_factory):
+def served(ray_cluster, tmp_path_factory, wait_serving):
     """A tiny chat model trained for a few steps through llm.train.fit, served from its run
     directory by the generation app, and the MiniLM embedding app beside it."""
     from ray import serve
@@ -40,14 +40,7 @@ def served(ray_cluster, tmp_path_factory):
                               "batch_wait_timeout_s": 0.05, **opts}, http)
     launch.start("embed", {**opts}, http, route_prefix="/embed")
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/v1/models", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
+    wait_serving(base)
     with res.checkpoint.as_directory() as d:
         local, local_tok = model.load_pretrained(f"{d}/model")
     try:

@@ -79,7 +79,7 @@ def test_readers_take_real_files_and_name_the_bad_line(tmp_path):
     with pytest.raises(DataError, match=r"pairs.jsonl:2: .*chosen"):
         data.read_pairs(pairs)
     prompts.write_text("{not json\n")
-    with pytest.raises(DataError, match=r"prompts.jsonl:1: not JSON"):
+    with pytest.raises(DataError, match=r"prompts.jsonl:1: not valid JSON"):
         data.read_prompts(prompts)
     with pytest.raises(DataError, match="cannot read"):
         data.read_prompts(tmp_path / "missing.jsonl")

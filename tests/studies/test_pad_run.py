@@ -4,7 +4,6 @@ Train, decoding tasks, claims, figures), then its PRM served by the pad app over
 equal each alone, malformed requests get 4xx); and the input errors that stop a run before Ray."""
 import asyncio
 import json
-import time
 
 import pytest
 
@@ -78,7 +77,7 @@ def test_smoke_study_reports_every_claim_and_figure(smoke_run):
 
 
 @pytest.mark.slow
-def test_the_pad_app_serves_the_trained_prm(smoke_run):
+def test_the_pad_app_serves_the_trained_prm(smoke_run, wait_serving):
     from ray import serve
 
     from iclr_ray.llm.model import load_pretrained
@@ -97,14 +96,7 @@ def test_the_pad_app_serves_the_trained_prm(smoke_run):
     launch.check_app_args("pad", args)
     launch.start("pad", args, {"host": "127.0.0.1", "port": port}, route_prefix="/")
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/v1/models", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
+    wait_serving(url)
     try:
         base, tok = load_pretrained(base_dir)
         prm, _ = load_pretrained(prm_dir)

@@ -18,7 +18,6 @@ rejected, when they differ by at least a margin.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,31 +175,22 @@ def shuffle_labels(pairs: Sequence[TextPair], seed: int) -> list[TextPair]:
 
 # -- real files --------------------------------------------------------------------------------------
 
-def _rows(path: str | Path):
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: cannot read: {exc}") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{n}: not JSON: {exc.msg}") from None
+def _objects(path: str | Path):
+    from ...llm.data import iter_jsonl
+
+    for where, row in iter_jsonl(path):
         if not isinstance(row, dict):
-            raise DataError(f"{path}:{n}: expected a JSON object")
-        yield path, n, row
+            raise DataError(f"{where}: expected a JSON object")
+        yield where, row
 
 
 def read_prompts(path: str | Path) -> list[str]:
     """Queries from a JSONL of {"prompt": ...} (P-Soups' Koala prompts, HelpSteer2's)."""
     out = []
-    for p, n, row in _rows(path):
+    for where, row in _objects(path):
         q = row.get("prompt", row.get("instruction"))
         if not isinstance(q, str) or not q.strip():
-            raise DataError(f"{p}:{n}: needs a non-empty string \"prompt\"")
+            raise DataError(f"{where}: needs a non-empty string \"prompt\"")
         out.append(q.strip())
     if not out:
         raise DataError(f"{path}: no prompts")
@@ -211,11 +201,11 @@ def read_pairs(path: str | Path) -> list[TextPair]:
     """Preference pairs from a JSONL of {"prompt", "preference", "chosen", "rejected"}; the
     preference is a known name or free text (a real data set's own principle)."""
     out = []
-    for p, n, row in _rows(path):
+    for where, row in _objects(path):
         missing = [k for k in ("prompt", "preference", "chosen", "rejected") if not isinstance(row.get(k), str)
                    or not row[k].strip()]
         if missing:
-            raise DataError(f"{p}:{n}: needs non-empty strings {', '.join(missing)}")
+            raise DataError(f"{where}: needs non-empty strings {', '.join(missing)}")
         out.append(TextPair(row["prompt"], row["preference"], row["chosen"], row["rejected"], float("nan")))
     if not out:
         raise DataError(f"{path}: no pairs")
