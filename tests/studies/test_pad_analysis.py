@@ -42,8 +42,8 @@ def fake_metrics(n=12, seeds=(0, 1), pad_reply=_styled, shuffled_reply=None, gat
     prompting = {p: _rec([t if i % 3 else _styled(p, rng) for i, t in enumerate(base_texts)]) for p in prefs}
     prms = []
     for kind, reply in (("real", pad_reply), ("shuffled", shuffled_reply or (lambda p, r: _base_reply(r)))):
-        for s in seeds:
-            pad = {p: _rec([reply(p, rng) for _ in queries]) for p in prefs}
+        for s in seeds:  # the shuffled controls decode the trained preferences only, as the run does
+            pad = {p: _rec([reply(p, rng) for _ in queries]) for p in (prefs if kind == "real" else TRAINED)}
             r = {"label": f"seed{s}-{kind}", "seed": s, "kind": kind, "pad": pad,
                  "bon": {p: {"texts": list(base_texts), "rewards": [[0.0]] * n} for p in prefs},
                  "sweep": {}, "gated": {}, "pad_single": {}}

@@ -45,7 +45,7 @@ def method_scores(metrics: dict[str, Any], method: str, name: str, kind: str = "
         return scores(metrics["base"]["base"]["texts"], name, metrics)
     if method == "prompting":
         return scores(metrics["base"]["prompting"][name]["texts"], name, metrics)
-    runs = prm_runs(metrics, kind)
+    runs = [r for r in prm_runs(metrics, kind) if name in r.get(method, {})]
     if not runs:
         return np.full(len(metrics["queries"]), math.nan)
     return np.mean([scores(r[method][name]["texts"], name, metrics) for r in runs], axis=0)
@@ -192,7 +192,8 @@ def alignment_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
                 x = method_scores(metrics, "pad", name, "shuffled")
             else:
                 x = method_scores(metrics, key, name)
-            rows.append({"preference": name, "method": key, "label": label, "est": mean(x)})
+            if np.isfinite(x).any():
+                rows.append({"preference": name, "method": key, "label": label, "est": mean(x)})
     return rows
 
 

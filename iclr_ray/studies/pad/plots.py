@@ -24,7 +24,9 @@ def alignment(metrics: dict[str, Any]):
     for j, m in enumerate(methods):
         xs, ys, lo, hi = [], [], [], []
         for i, n in enumerate(names):
-            e = next(r["est"] for r in rows if r["preference"] == n and r["method"] == m)
+            e = next((r["est"] for r in rows if r["preference"] == n and r["method"] == m), None)
+            if e is None:  # not decoded for this preference (the shuffled control: trained ones only)
+                continue
             xs.append(i + (j - (len(methods) - 1) / 2) * width)
             ys.append(e.value)
             a, b = e.ci if e.ci and all(map(math.isfinite, e.ci)) else (e.value, e.value)

@@ -160,38 +160,57 @@ def base_task(source: str, queries: list[str], prefs: dict[str, str], dec: dict[
     return out
 
 
-@ray.remote(num_cpus=1)
-def prm_task(source: str, prm_source: str, queries: list[str], prefs: dict[str, str], dec: dict[str, Any],
-             candidates: list[list[str]], sweep: bool, timed: bool) -> dict[str, Any]:
-    """Everything one PRM decides: PAD at w for every preference (all queries in one batch), Best-of-N's
-    picks by this PRM's sequence reward, the weight sweep and k = 1 (``sweep``); for the real PRMs
-    (``timed``) base, PAD and gated PAD decoding each query alone (a served request), timed in this
-    process."""
-    from .evaluate import best_of_n, decode_queries, sequence_reward
-
+def _load_pair(source: str, prm_source: str):
     base, tok = load(source)
     prm, prm_tok = load(prm_source)
     if len(prm_tok) != len(tok) or prm.get_input_embeddings().weight.shape[0] != base.get_input_embeddings().weight.shape[0]:
         raise ValueError(f"the PRM {prm_source} and the base {source} have different vocabularies; PAD here needs "
                          "one tokenizer (the re-tokenisation path is not implemented)")
+    return base, prm, tok
+
+
+@ray.remote(num_cpus=1)
+def prm_task(source: str, prm_source: str, queries: list[str], prefs: dict[str, str], dec: dict[str, Any],
+             candidates: list[list[str]] | None, timed: list[str]) -> dict[str, Any]:
+    """What one PRM decides: PAD at w for every preference in ``prefs`` (all queries in one batch),
+    Best-of-N's picks by this PRM's sequence reward (with ``candidates``), and for the preferences
+    in ``timed`` base, PAD and gated PAD decoding each query alone (a served request), timed in
+    this process."""
+    from .evaluate import best_of_n, decode_queries, sequence_reward
+
+    base, prm, tok = _load_pair(source, prm_source)
     m, k, w = dec["max_tokens"], dec["k"], dec["w"]
-    out: dict[str, Any] = {"pad": {}, "bon": {}, "sweep": {}, "gated": {}, "pad_single": {}}
+    out: dict[str, Any] = {"pad": {}, "bon": {}, "gated": {}, "pad_single": {}, "sweep": {}}
     if timed:
         out["base_single"] = decode_queries(base, tok, queries, m, one_at_a_time=True).record()
     for name, text in prefs.items():
         out["pad"][name] = decode_queries(base, tok, queries, m, prm=prm, prm_pref_text=text, k=k, w=w).record()
-        rewards = sequence_reward(prm, base, tok, queries, candidates, text)
-        out["bon"][name] = {"texts": best_of_n(candidates, rewards), "rewards": rewards}
-        if timed:
+        if candidates is not None:
+            rewards = sequence_reward(prm, base, tok, queries, candidates, text)
+            out["bon"][name] = {"texts": best_of_n(candidates, rewards), "rewards": rewards}
+        if name in timed:
             for key, margin in (("pad_single", None), ("gated", dec["margin"])):
                 out[key][name] = decode_queries(base, tok, queries, m, prm=prm, prm_pref_text=text, k=k, w=w,
                                                 margin=margin, one_at_a_time=True).record()
-        if sweep:
-            out["sweep"][name] = {str(x): decode_queries(base, tok, queries, m, prm=prm, prm_pref_text=text, k=k,
-                                                         w=x).texts
-                                  for x in dec["w_grid"] if x != w}
-            out["sweep"][name]["k1"] = decode_queries(base, tok, queries, m, prm=prm, prm_pref_text=text, k=1,
-                                                      w=w).texts
+    return out
+
+
+@ray.remote(num_cpus=1)
+def sweep_task(source: str, prm_source: str, queries: list[str], prefs: dict[str, str],
+               dec: dict[str, Any]) -> dict[str, dict[str, list[str]]]:
+    """PAD at every weight of ``w_grid`` but the claims' own (which the PRM's task decodes) for each
+    preference, and k = 1 for the first: {preference: {str(w) or "k1": replies}}."""
+    from .evaluate import decode_queries
+
+    base, prm, tok = _load_pair(source, prm_source)
+    out: dict[str, dict[str, list[str]]] = {}
+    for i, (name, text) in enumerate(prefs.items()):
+        out[name] = {str(x): decode_queries(base, tok, queries, dec["max_tokens"], prm=prm, prm_pref_text=text,
+                                            k=dec["k"], w=x).texts
+                     for x in dec["w_grid"] if x != dec["w"]}
+        if i == 0:
+            out[name]["k1"] = decode_queries(base, tok, queries, dec["max_tokens"], prm=prm, prm_pref_text=text, k=1,
+                                             w=dec["w"]).texts
     return out
 
 
@@ -357,17 +376,24 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     prefs = {name: cfg.preference_text(name) for name in names}
     dec = cfg.decode.model_dump()
     opts = {"num_gpus": cfg.gpus_per_task} if cfg.gpus_per_task else {}
+    trained = {name: prefs[name] for name in cfg.decode.preferences}
     base_ref = base_task.options(**opts).remote(source, queries, prefs, dec)
     cands_ref = _candidates.remote(base_ref)
-    first = next(p["label"] for p in prms if p["kind"] == "real")
-    prm_refs = [prm_task.options(**opts).remote(source, p["model"], queries, prefs, dec, cands_ref,
-                                                p["label"] == first, p["kind"] == "real")
+    # the real PRMs: every preference, Best-of-N, the timed decoders on the trained preferences; the
+    # shuffled controls: PAD on the trained preferences (all their claim reads); the first real
+    # PRM's weight sweep in a task of its own, beside the others
+    prm_refs = [prm_task.options(**opts).remote(source, p["model"], queries, prefs, dec, cands_ref, list(trained))
+                if p["kind"] == "real" else
+                prm_task.options(**opts).remote(source, p["model"], queries, trained, dec, None, [])
                 for p in prms]
-    ctx.say("decoding: %d held-out queries x %d preferences, base + %d PRMs ...", len(queries), len(prefs),
-            len(prm_refs))
-    got = ctx.wait_all([base_ref, *prm_refs], "decoding tasks")
-    base, per_prm = got[0], got[1:]
+    first = next(i for i, p in enumerate(prms) if p["kind"] == "real")
+    sweep_ref = sweep_task.options(**opts).remote(source, prms[first]["model"], queries, trained, dec)
+    ctx.say("decoding: %d held-out queries x %d preferences, base + %d PRMs + the weight sweep ...", len(queries),
+            len(prefs), len(prm_refs))
+    got = ctx.wait_all([base_ref, *prm_refs, sweep_ref], "decoding tasks")
+    base, per_prm, sweep = got[0], got[1:-1], got[-1]
     base.pop("candidates")
+    per_prm[first]["sweep"] = sweep
     decoded = [{**{k: p[k] for k in ("label", "seed", "kind")}, **r} for p, r in zip(prms, per_prm)]
 
     # 5. the reward models' scores, where a preference has one and no rule
