@@ -59,11 +59,9 @@ def test_pairs_take_the_best_and_worst_sample_and_skip_ties():
 
 
 def test_the_shuffled_control_swaps_a_random_half():
-    pairs = [data.TextPair(f"q{i}", "simple", f"c{i}", f"r{i}", 0.1) for i in range(40)]
-    shuffled = data.shuffle_labels(pairs, seed=0)
-    swapped = [s.chosen.startswith("r") for s in shuffled]
-    assert sum(swapped) == 20 and [s.query for s in shuffled] == [p.query for p in pairs]
-    assert shuffled != data.shuffle_labels(pairs, seed=1)
+    swaps = data.label_swaps(41, seed=0)
+    assert swaps.dtype == bool and swaps.sum() == 20
+    assert (swaps == data.label_swaps(41, seed=0)).all() and (swaps != data.label_swaps(41, seed=1)).any()
 
 
 def test_readers_take_real_files_and_name_the_bad_line(tmp_path):

@@ -7,7 +7,7 @@ import torch
 from iclr_ray.llm.model import build_tokenizer
 from iclr_ray.llm.recipe import TrainConfig, read_files
 from iclr_ray.studies.pad import evaluate
-from iclr_ray.studies.pad.prm import DPORecipe, Pair, pair_logps
+from iclr_ray.studies.pad.prm import DPORecipe, Pair, pair_logps, swap_labels
 
 from test_pad_method import TEXTS, untied  # noqa: E402  (tests/studies is on sys.path)
 
@@ -100,3 +100,14 @@ def test_reward_model_scores_are_the_classifier_logit_of_the_exchange(tok):
     with torch.no_grad():
         want = float(rm(input_ids=torch.tensor([ids])).logits[0, 0])
     assert got[1] == pytest.approx(want) and got[0] != got[1]
+
+
+def test_the_shuffled_control_swaps_pairs_and_their_reference_together(tok, models):
+    import numpy as np
+
+    base, _ = models
+    pairs = [evaluate.text_pair(tok, q, "Be brief.", "the weather", "a letter to the council") for q in QUERIES]
+    ref = pair_logps(base, pairs, tok.pad_token_id).numpy()
+    swapped, swapped_ref = swap_labels(pairs, ref, np.array([True, False]))
+    assert swapped[0].chosen == pairs[0].rejected and swapped[1] == pairs[1]
+    assert np.allclose(swapped_ref, pair_logps(base, swapped, tok.pad_token_id).numpy(), atol=1e-5)

@@ -165,12 +165,10 @@ def build_pairs(query_samples: Sequence[tuple[str, Sequence[str]]], prefs: Seque
     return out
 
 
-def shuffle_labels(pairs: Sequence[TextPair], seed: int) -> list[TextPair]:
-    """The negative control's pairs: chosen and rejected swapped in a seeded random half, so the
-    pairs carry no preference at all (same texts, same prompts)."""
-    rng = np.random.default_rng(seed)
-    swap = rng.permutation(len(pairs)) < len(pairs) // 2
-    return [TextPair(p.query, p.preference, p.rejected, p.chosen, -p.gap) if s else p for p, s in zip(pairs, swap)]
+def label_swaps(n: int, seed: int) -> np.ndarray:
+    """The negative control's mask over n pairs: True where chosen and rejected are swapped, a
+    seeded random half (so the pairs carry no preference at all: same texts, same prompts)."""
+    return np.random.default_rng(seed).permutation(n) < n // 2
 
 
 # -- real files --------------------------------------------------------------------------------------

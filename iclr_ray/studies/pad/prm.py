@@ -59,6 +59,17 @@ def pair_logps(model, pairs: Sequence[Pair], pad_id: int, chunk: int = 16):
     return torch.cat(out).double() if out else torch.zeros((0, 2), dtype=torch.float64)
 
 
+def swap_labels(pairs: Sequence[Pair], ref_logps, swaps) -> tuple[list[Pair], Any]:
+    """The label-shuffled control's pairs and reference log-probabilities: chosen and rejected
+    exchanged where ``swaps`` is True, the reference's two columns with them (numpy [N, 2])."""
+    import numpy as np
+
+    swaps = np.asarray(swaps, dtype=bool)
+    out = [Pair(p.prompt, p.rejected, p.chosen) if s else p for p, s in zip(pairs, swaps)]
+    ref = np.asarray(ref_logps)
+    return out, np.ascontiguousarray(np.where(swaps[:, None], ref[:, ::-1], ref))
+
+
 def freeze_below(model, trainable_layers: int) -> None:
     """Leave only the top ``trainable_layers`` decoder blocks trainable (0: all of the model)."""
     if trainable_layers <= 0:

@@ -1,10 +1,10 @@
 """pad on Ray: the base model's samples of the training queries (Ray tasks), preference pairs from
 them, the reference log-probabilities of every pair (Ray tasks, once for every PRM), the
 personalised reward models as one Tune grid of Ray Train + DeepSpeed runs (per seed: the PRM and
-its label-shuffled control), then decoding as Ray tasks: one for base decoding and preference
-prompting, one for Best-of-N's samples, and one per PRM (PAD at the claims' weight, the gated
-variant, the weight sweep, Best-of-N's ranking, and each decoder's throughput in the same
-process)."""
+its label-shuffled control; or a PRM given as it is), then decoding as Ray tasks: one for base
+decoding, preference prompting and Best-of-N's samples, one per PRM (PAD at the claims' weight,
+Best-of-N's ranking, and base, PAD and gated PAD timed in the same process), one for the first
+PRM's weight sweep; and one per evaluation reward model where a preference has no rule."""
 from __future__ import annotations
 
 import time
@@ -94,13 +94,13 @@ def load(source: str):
 
 
 def tokenizer_files(source: str) -> dict[str, bytes]:
+    """The tokenizer of ``source`` (a packaged name, a folder or an HF id) as the bytes of its files."""
     import tempfile
 
-    from ...llm.model import TINY_MODELS, load_pretrained
     from ...llm.pretrained import load_tokenizer
     from ...llm.recipe import read_files
 
-    tok = load_tokenizer(source) if source not in TINY_MODELS else load_pretrained(source)[1]
+    tok = load_tokenizer(source)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     with tempfile.TemporaryDirectory() as d:
@@ -234,15 +234,13 @@ def prm_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, box: list
     through the shared Ray Train loop. ``box`` holds the object refs of the pairs, the reference
     log-probabilities, the swap mask and the tokenizer files (stored once for every trial)."""
     from ...llm.train import checkpoints, fit_recipe, read_steps
-    from .prm import DPORecipe
+    from .prm import DPORecipe, swap_labels
 
     spec = config["spec"]
     pairs_ref, ref_ref, swaps_ref, files, source = box
     pairs, ref = ray.get(pairs_ref), ray.get(ref_ref)
     if spec["kind"] == "shuffled":
-        swaps = ray.get(swaps_ref)
-        pairs = [type(p)(p.prompt, p.rejected, p.chosen) if s else p for p, s in zip(pairs, swaps)]
-        ref = np.where(swaps[:, None], ref[:, ::-1], ref)
+        pairs, ref = swap_labels(pairs, ref, ray.get(swaps_ref))
     t0 = time.perf_counter()
     recipe = DPORecipe(ray.put(pairs), files, beta=cfg.prm.beta, ref_logps=ray.put(np.ascontiguousarray(ref)),
                        trainable_layers=cfg.prm.trainable_layers)
@@ -278,7 +276,7 @@ def train_prms(cfg: Config, ctx: RunContext, source: str) -> tuple[dict[str, Any
     from ...llm.recipe import load_tokenizer
     from .evaluate import text_pair
 
-    prm_init = cfg.models.prm_init or source
+    prm_init = source if cfg.models.prm_init in (None, cfg.models.base) else cfg.models.prm_init
     files = tokenizer_files(prm_init)
     tok = load_tokenizer(files)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -299,7 +297,7 @@ def train_prms(cfg: Config, ctx: RunContext, source: str) -> tuple[dict[str, Any
     ref = np.zeros((len(pairs), 2))
     for i, g in enumerate(got):
         ref[i::2] = g
-    swaps = np.random.default_rng(cfg.seed + 7).permutation(len(pairs)) < len(pairs) // 2
+    swaps = pdata.label_swaps(len(pairs), cfg.seed + 7)
 
     # 3. the PRMs (and their label-shuffled controls)
     seeds = list(range(cfg.seed, cfg.seed + cfg.prm.seeds))
