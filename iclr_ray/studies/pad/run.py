@@ -7,6 +7,7 @@ Best-of-N's ranking, and base, PAD and gated PAD timed in the same process), one
 PRM's weight sweep; and one per evaluation reward model where a preference has no rule."""
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -246,7 +247,11 @@ def prm_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, box: list
                        trainable_layers=cfg.prm.trainable_layers)
     tcfg = train_config(cfg, source, spec["seed"], len(pairs))
     result = fit_recipe(tcfg, recipe, trial_dir, "train")
-    model = str(checkpoints(result)[-1][1] / "model")
+    last = checkpoints(result)[-1][1]
+    # the finished PRM is read as a Hugging Face model only; DeepSpeed's optimizer state (4x the
+    # model) was there to resume training, which the trial's final record now replaces
+    shutil.rmtree(last / "deepspeed", ignore_errors=True)
+    model = str(last / "model")
     curve = [{"step": s["step"], "loss": s["loss"]} for s in read_steps(trial_dir, "train")]
     return {"scores": {"loss": result.metrics["loss"]}, "model": model, "curve": curve, "steps": tcfg.max_steps,
             "seconds": time.perf_counter() - t0}
