@@ -155,11 +155,16 @@ def build_causal_lm(cfg: TrainConfig, tokenizer):
     """The causal LM a run starts from: ``cfg.model`` as a named tiny model sized to ``tokenizer``
     (seeded by ``cfg.seed``), a packaged model's name (llm.pretrained), a checkpoint folder or an
     HF id."""
+    from transformers import AutoModelForCausalLM
+
     from .model import TINY_MODELS, build_model, load_pretrained
+    from .pretrained import PACKAGED
 
     if cfg.model in TINY_MODELS:
         return build_model(cfg.model, tokenizer, seed=cfg.seed)
-    return load_pretrained(cfg.model)[0]
+    if cfg.model in PACKAGED:
+        return load_pretrained(cfg.model)[0]
+    return AutoModelForCausalLM.from_pretrained(cfg.model)
 
 
 class ChatRecipe(Recipe):
