@@ -17,8 +17,7 @@ import torch
 
 from ...serve.decoding import SamplingParams, generate
 from .decoding import PADStrategy
-from .dpo import sequence_logps
-from .prm import Pair, collate_pairs
+from .prm import Pair, response_logps
 
 
 def personalised(query: str, pref_text: str | None) -> str:
@@ -104,17 +103,9 @@ def sequence_reward(prm, base, tokenizer, queries: Sequence[str], candidates: Se
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
     def logps(model, content_of) -> list[float]:
-        rows = [Pair(chat_ids(tokenizer, content_of(q)), response_ids(tokenizer, c), [])
+        rows = [(chat_ids(tokenizer, content_of(q)), response_ids(tokenizer, c))
                 for q, cands in zip(queries, candidates) for c in cands]
-        out = []
-        for lo in range(0, len(rows), 16):
-            chunk = rows[lo:lo + 16]
-            b = collate_pairs(chunk, pad)
-            n = len(chunk)  # the chosen half holds the candidates; the empty rejected half is dropped
-            lp = sequence_logps(model(input_ids=b["input_ids"][:n], attention_mask=b["attention_mask"][:n],
-                                      use_cache=False).logits, b["labels"][:n])
-            out.extend(lp.tolist())
-        return out
+        return response_logps(model, rows, pad, chunk=16).tolist()
 
     prm_lp = logps(prm, lambda q: personalised(q, pref_text))
     base_lp = logps(base, lambda q: q)

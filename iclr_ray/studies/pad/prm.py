@@ -26,15 +26,14 @@ class Pair:
     rejected: list[int]
 
 
-def collate_pairs(pairs: Sequence[Pair], pad_id: int) -> dict[str, Any]:
-    """Chosen sequences (prompt + chosen) then rejected ones, right-padded: input_ids,
-    attention_mask and labels [2B, T] (IGNORE on the prompt and the padding)."""
+def collate_responses(rows: Sequence[tuple[list[int], list[int]]], pad_id: int) -> dict[str, Any]:
+    """(prompt, response) token lists right-padded into one batch: input_ids, attention_mask and
+    labels [N, T] (IGNORE on the prompt and the padding)."""
     import torch
 
-    seqs = [(p.prompt, p.chosen) for p in pairs] + [(p.prompt, p.rejected) for p in pairs]
-    width = max(len(a) + len(b) for a, b in seqs)
+    width = max(len(a) + len(b) for a, b in rows)
     ids, mask, labels = [], [], []
-    for prompt, resp in seqs:
+    for prompt, resp in rows:
         n = len(prompt) + len(resp)
         ids.append(prompt + resp + [pad_id] * (width - n))
         mask.append([1] * n + [0] * (width - n))
@@ -42,21 +41,33 @@ def collate_pairs(pairs: Sequence[Pair], pad_id: int) -> dict[str, Any]:
     return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(mask), "labels": torch.tensor(labels)}
 
 
-def pair_logps(model, pairs: Sequence[Pair], pad_id: int, chunk: int = 16):
-    """log pi(y_w|x) and log pi(y_l|x) of every pair under ``model``, [N, 2] (float64)."""
+def collate_pairs(pairs: Sequence[Pair], pad_id: int) -> dict[str, Any]:
+    """Chosen sequences (prompt + chosen) then rejected ones, as :func:`collate_responses`, [2B, T]."""
+    return collate_responses([(p.prompt, p.chosen) for p in pairs] + [(p.prompt, p.rejected) for p in pairs], pad_id)
+
+
+def response_logps(model, rows: Sequence[tuple[list[int], list[int]]], pad_id: int, chunk: int = 32):
+    """log pi(response | prompt) of every (prompt, response) under ``model``, [N] (float64)."""
     import torch
 
     from .dpo import sequence_logps
 
     out = []
     with torch.no_grad():
-        for lo in range(0, len(pairs), chunk):
-            part = pairs[lo:lo + chunk]
-            b = collate_pairs(part, pad_id)
-            lp = sequence_logps(model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
-                                      use_cache=False).logits, b["labels"])
-            out.append(torch.stack([lp[:len(part)], lp[len(part):]], dim=1))
-    return torch.cat(out).double() if out else torch.zeros((0, 2), dtype=torch.float64)
+        for lo in range(0, len(rows), chunk):
+            b = collate_responses(rows[lo:lo + chunk], pad_id)
+            out.append(sequence_logps(model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                                            use_cache=False).logits, b["labels"]).double())
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
+
+
+def pair_logps(model, pairs: Sequence[Pair], pad_id: int, chunk: int = 32):
+    """log pi(y_w|x) and log pi(y_l|x) of every pair under ``model``, [N, 2] (float64)."""
+    import torch
+
+    rows = [(p.prompt, p.chosen) for p in pairs] + [(p.prompt, p.rejected) for p in pairs]
+    lp = response_logps(model, rows, pad_id, chunk)
+    return torch.stack([lp[:len(pairs)], lp[len(pairs):]], dim=1) if pairs else torch.zeros((0, 2), dtype=torch.float64)
 
 
 def swap_labels(pairs: Sequence[Pair], ref_logps, swaps) -> tuple[list[Pair], Any]:

@@ -141,10 +141,12 @@ def reference_task(source: str, pairs: list, pad_id: int) -> np.ndarray:
     return pair_logps(model, pairs, pad_id).numpy()
 
 
-@ray.remote(num_cpus=1)
-def base_task(source: str, queries: list[str], prefs: dict[str, str], dec: dict[str, Any]) -> dict[str, Any]:
-    """Base decoding (plain prompt), preference prompting (the base on each personalised prompt),
-    and Best-of-N's candidates (samples of the plain prompt)."""
+@ray.remote(num_cpus=1, num_returns=2)
+def base_task(source: str, queries: list[str], prefs: dict[str, str],
+              dec: dict[str, Any]) -> tuple[dict[str, Any], list[list[str]]]:
+    """Base decoding (plain prompt) and preference prompting (the base on each personalised
+    prompt); and, as a second return the PRM tasks wait on, Best-of-N's candidates (samples of the
+    plain prompt)."""
     from .evaluate import decode_queries
 
     model, tok = load(source)
@@ -157,8 +159,7 @@ def base_task(source: str, queries: list[str], prefs: dict[str, str], dec: dict[
                            seed=1000 * (j + 1))
         for i, t in enumerate(r.texts):
             cands[i].append(t)
-    out["candidates"] = cands
-    return out
+    return out, cands
 
 
 def _load_pair(source: str, prm_source: str):
@@ -380,8 +381,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     dec = cfg.decode.model_dump()
     opts = {"num_gpus": cfg.gpus_per_task} if cfg.gpus_per_task else {}
     trained = {name: prefs[name] for name in cfg.decode.preferences}
-    base_ref = base_task.options(**opts).remote(source, queries, prefs, dec)
-    cands_ref = _candidates.remote(base_ref)
+    base_ref, cands_ref = base_task.options(**opts).remote(source, queries, prefs, dec)
     # the real PRMs: every preference, Best-of-N, the timed decoders on the trained preferences; the
     # shuffled controls: PAD on the trained preferences (all their claim reads); the first real
     # PRM's weight sweep in a task of its own, beside the others
@@ -395,7 +395,6 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
             len(prefs), len(prm_refs))
     got = ctx.wait_all([base_ref, *prm_refs, sweep_ref], "decoding tasks")
     base, per_prm, sweep = got[0], got[1:-1], got[-1]
-    base.pop("candidates")
     per_prm[first]["sweep"] = sweep
     decoded = [{**{k: p[k] for k in ("label", "seed", "kind")}, **r} for p, r in zip(prms, per_prm)]
 
@@ -413,9 +412,3 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
             "settings": {"k": cfg.decode.k, "w": cfg.decode.w, "margin": cfg.decode.margin,
                          "w_grid": cfg.decode.w_grid, "best_of_n": cfg.decode.best_of_n,
                          "max_tokens": cfg.decode.max_tokens}}
-
-
-@ray.remote(num_cpus=0)
-def _candidates(base: dict[str, Any]) -> list[list[str]]:
-    """Best-of-N's candidates out of the base task's result (so PRM tasks wait on it alone)."""
-    return base["candidates"]
