@@ -118,3 +118,29 @@ def decoder_blocks(model):
         if isinstance(obj, torch.nn.ModuleList):
             return obj
     raise ValueError(f"cannot find the decoder blocks of a {type(model).__name__}")
+
+
+def materialise(name: str, root: Path, texts: Iterable[str], seed: int = 0) -> str:
+    """Where every task of a run loads model ``name`` from: a packaged name, a folder or an HF id
+    as given; a named tiny model is built once (seeded, its tokenizer trained on ``texts``) into
+    ``root/base_model``, so every task and trial reads the same weights."""
+    if name not in TINY_MODELS:
+        return name
+    out = Path(root) / "base_model"
+    if not (out / "config.json").is_file():
+        tok = build_tokenizer(texts)
+        model = build_model(name, tok, seed=seed)
+        tmp = Path(root) / "base_model.tmp"
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        tmp.rename(out)
+    return str(out)
+
+
+def load_for_inference(source: str | Path):
+    """``load_pretrained`` in eval mode, with torch on one thread (a Ray task holds one CPU)."""
+    import torch
+
+    torch.set_num_threads(1)
+    model, tok = load_pretrained(source)
+    return model.eval(), tok

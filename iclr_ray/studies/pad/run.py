@@ -64,34 +64,17 @@ def prepare(cfg: Config) -> dict[str, Any]:
 
 
 def base_source(cfg: Config, root: Path, texts: list[str]) -> str:
-    """Where every task loads the base model from: a packaged name, a folder or an HF id as given;
-    a named tiny model is built once (seeded, its tokenizer trained on ``texts``) into the run
-    directory, so every task and trial reads the same weights."""
-    from ...llm.model import TINY_MODELS
+    """Where every task loads the base model from (a named tiny model is built once into the run
+    directory)."""
+    from ...llm.model import materialise
 
-    if cfg.models.base not in TINY_MODELS:
-        return cfg.models.base
-    out = root / "base_model"
-    if not (out / "config.json").is_file():
-        from ...llm.model import build_model, build_tokenizer
-
-        tok = build_tokenizer(texts)
-        model = build_model(cfg.models.base, tok, seed=cfg.seed)
-        tmp = root / "base_model.tmp"
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        tmp.rename(out)
-    return str(out)
+    return materialise(cfg.models.base, root, texts, cfg.seed)
 
 
 def load(source: str):
-    import torch
+    from ...llm.model import load_for_inference
 
-    from ...llm.model import load_pretrained
-
-    torch.set_num_threads(1)
-    model, tok = load_pretrained(source)
-    return model.eval(), tok
+    return load_for_inference(source)
 
 
 def tokenizer_files(source: str) -> dict[str, bytes]:
