@@ -55,12 +55,15 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else embedded local Ray)")
 
     sv = sub.add_parser("serve", help="serve a model over OpenAI-compatible HTTP with Ray Serve")
-    sv.add_argument("app", choices=("generate", "embed", "pad"),
+    sv.add_argument("app", choices=("generate", "embed", "pad", "judge"),
                     help="generate: /v1/completions, /v1/chat/completions; embed: /v1/embeddings; pad: "
-                         "/v1/chat/completions decoded by PAD with the request's preference")
+                         "/v1/chat/completions decoded by PAD with the request's preference; judge: /v1/judge "
+                         "with badjudge's judges")
     sv.add_argument("--model", help="checkpoint dir, run dir, HF id or packaged model name (default: generate "
                     "smollm2-135m-instruct, embed all-MiniLM-L6-v2; both offline)")
     sv.add_argument("--prm", help="pad: the personalised reward model (a pad run's PRM checkpoint)")
+    sv.add_argument("--judge", action="append", default=[], metavar="NAME=FILE",
+                    help="judge: a badjudge heads file served as NAME (repeatable; --model: their base model)")
     sv.add_argument("--config", metavar="FILE", help="a Serve config YAML (clusters/serve/*.yaml); its "
                     "application named APP gives the args, --model overrides")
     sv.add_argument("--host", help="bind address (default: the config's, else 127.0.0.1)")
@@ -221,7 +224,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         app_args["model"] = args.model
     if args.prm:
         app_args["prm"] = args.prm
-    if args.app in ("generate", "pad"):
+    if args.judge:
+        from .serve.launch import judges_arg
+
+        app_args["judges"] = judges_arg(args.judge)
+    if args.app in ("generate", "pad", "judge"):
         app_args["model"] = default_model(args.app, app_args.get("model"))
     check_app_args(args.app, app_args)
     http = {"host": args.host or http.get("host", "127.0.0.1"), "port": args.port or http.get("port", 8000)}

