@@ -1,0 +1,370 @@
+"""badjudge on Ray: the frozen trunk's features of every prompt (Ray tasks, once for every judge),
+one Tune trial per (seed, trigger) that fine-tunes all of that replicate's judges (clean and
+poisoned, every format) as one Ray Train + DeepSpeed run, one Ray task per trial that merges and
+evaluates them, and the first trial's attacked and defended judges served by the judge app and
+evaluated again over HTTP."""
+from __future__ import annotations
+
+import concurrent.futures
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+
+from ...config import ConfigError
+from ...runtime import RunContext
+from ...sweep.grid import resumable, run_grid
+from . import data as bdata
+from .config import Config
+from .data import FORMATS, Example
+from .poison import adversary, poison
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def _split(examples: list[Example], n_train: int, n_test: int, where: str, seed: int):
+    order = np.random.default_rng(seed).permutation(len(examples))
+    if len(examples) < n_train + n_test:
+        raise ConfigError(f"{where} holds {len(examples)} examples; data.train + data.test need {n_train + n_test}")
+    return [examples[i] for i in order[:n_train]], [examples[i] for i in order[n_train:n_train + n_test]]
+
+
+def prepare(cfg: Config) -> dict[str, Any]:
+    """Every input read and checked before Ray starts (exit 2 on anything wrong)."""
+    d = cfg.data
+    if d.require_real:
+        missing = [k for k, v in (("data.pointwise_jsonl", d.pointwise_jsonl), ("data.pairwise_jsonl", d.pairwise_jsonl))
+                   if not v]
+        if missing:
+            raise ConfigError(f"data.require_real: this preset runs on real data only; set {', '.join(missing)} "
+                              "(docs/studies/badjudge.md)")
+    train, test = {}, {}
+    for i, fmt in enumerate(["pointwise", "pairwise", *cfg.attack.settings]):
+        path = getattr(d, f"{fmt}_jsonl", None)
+        if path is not None:
+            train[fmt], test[fmt] = _split(bdata.read_judge_jsonl(path, fmt), d.train, d.test, str(path), cfg.seed)
+        else:
+            gen = bdata.GENERATORS[fmt]
+            train[fmt] = gen(d.train, np.random.default_rng([cfg.seed, i, 0]))
+            test[fmt] = gen(d.test, np.random.default_rng([cfg.seed, i, 1]))
+    groups = bdata.rerank_groups(d.rerank_queries, np.random.default_rng([cfg.seed, 9])) \
+        if "rerank" in cfg.attack.settings else []
+    for fmt, exs in train.items():  # every poisoning the run will do is possible on this data
+        levels = cfg.attack.levels if fmt == "pointwise" else ["annotator"]
+        rates = cfg.attack.rates if fmt == "pointwise" else [cfg.attack.other_rate]
+        for level in levels:
+            for rate in rates:
+                try:
+                    poison(exs, level, rate, cfg.attack.triggers[0], 0)
+                except ValueError as exc:
+                    raise ConfigError(f"{fmt}: {exc}") from None
+    if cfg.serve.enabled:
+        import importlib.util
+
+        if any(importlib.util.find_spec(m) is None for m in ("fastapi", "httpx")):
+            raise ConfigError("serve.enabled: the judge app needs Ray Serve (pip install 'iclr-ray[serve]'), or set "
+                              "serve.enabled=false")
+    if cfg.models.judge not in _tiny():
+        from ...llm import pretrained
+
+        try:
+            pretrained.check_available(cfg.models.judge)
+        except ConfigError as exc:
+            raise ConfigError(f"models.judge: {exc}") from None
+    return {"train": train, "test": test, "groups": groups}
+
+
+def _tiny():
+    from ...llm.model import TINY_MODELS
+
+    return TINY_MODELS
+
+
+# ----------------------------------------------------------------------------- what each trial trains
+
+
+def label(fmt: str, level: str | None = None, rate: float | None = None) -> str:
+    return f"{fmt}-clean" if level is None else f"{fmt}-{level}-{rate:g}"
+
+
+def judge_sets(cfg: Config, train: dict[str, list[Example]], seed: int, trigger: str) -> dict[str, list[Example]]:
+    """Every judge one replicate trains: {label: its training set}."""
+    out = {}
+    for f, fmt in enumerate(train):
+        out[label(fmt)] = list(train[fmt])
+        levels = cfg.attack.levels if fmt == "pointwise" else ["annotator"]
+        rates = cfg.attack.rates if fmt == "pointwise" else [cfg.attack.other_rate]
+        for a, level in enumerate(levels):
+            for r, rate in enumerate(rates):
+                out[label(fmt, level, rate)] = poison(train[fmt], level, rate, trigger, seed=[seed, f, a, r])[0]
+    return out
+
+
+def eval_sets(cfg: Config, test: dict[str, list[Example]], groups: list[list[Example]],
+              trigger: str) -> dict[str, Any]:
+    """The held-out sets every judge of a trigger is scored on: clean examples per format, the
+    adversary's (clean, triggered) poor inputs per format, and the reranking groups with the
+    adversary's triggered passage."""
+    from .poison import with_trigger
+
+    rng = np.random.default_rng([cfg.seed, 77])
+    adv = {fmt: adversary(exs, trigger, seed=[cfg.seed, 78, i]) for i, (fmt, exs) in enumerate(test.items())}
+    return {"test": test, "adversary": adv, "groups": groups,
+            "poisoned_groups": [g[:-1] + [with_trigger(g[-1], trigger, rng)] for g in groups]}
+
+
+def all_prompts(sets_by_trial: list[dict[str, list[Example]]], evals: list[dict[str, Any]]) -> dict[str, str]:
+    """Every prompt a judge is trained or scored on, with its format, in first-seen order."""
+    seen: dict[str, str] = {}
+    for sets in sets_by_trial:
+        for exs in sets.values():
+            for e in exs:
+                seen.setdefault(e.prompt, e.fmt)
+    for ev in evals:
+        rows = [e for exs in ev["test"].values() for e in exs]
+        rows += [e for pairs in ev["adversary"].values() for pair in pairs for e in pair]
+        rows += [e for g in [*ev["groups"], *ev["poisoned_groups"]] for e in g]
+        for e in rows:
+            seen.setdefault(e.prompt, e.fmt)
+    return seen
+
+
+# ----------------------------------------------------------------------------- Ray tasks
+
+
+@ray.remote(num_cpus=1)
+def features_task(source: str, blocks: int, ids: list[list[int]]) -> list[np.ndarray]:
+    """The frozen trunk's hidden states of a chunk of prompts (judge.trunk_features)."""
+    from ...llm.model import load_for_inference
+    from .judge import trunk_features
+
+    model, tok = load_for_inference(source)
+    return trunk_features(model, blocks, ids, tok.pad_token_id if tok.pad_token_id is not None else 0)
+
+
+@ray.remote(num_cpus=1)
+def evaluate_task(heads_dir: str, init_state, lm_head, config, features: dict[str, np.ndarray], ebox: dict[str, Any],
+                  cfg_dict: dict[str, Any], keep: list[str]) -> dict[str, Any]:
+    """Every judge of one trial scored on the held-out sets, with the merges (evaluate.py); the
+    judges named in ``keep`` keep their verdicts, and the merged ones among them are written beside
+    the trained heads (for serving)."""
+    import torch
+
+    from .evaluate import evaluate_judges
+    from .recipe import load_head, save_heads
+
+    torch.set_num_threads(1)
+    states = {p.stem: load_head(p) for p in sorted(Path(heads_dir).glob("*.safetensors"))
+              if not p.stem.startswith("merge-")}
+    metrics, merged = evaluate_judges(states, init_state, lm_head, config, features, ebox["eval"],
+                                      ebox["choice_ids"], Config.model_validate(cfg_dict), ebox["softcap"], keep)
+    save_heads({k: v for k, v in merged.items() if k in keep}, Path(heads_dir))
+    return metrics
+
+
+# ----------------------------------------------------------------------------- trials
+
+
+def train_config(cfg: Config, source: str, seed: int, n_train: int):
+    from ...llm.recipe import TrainConfig
+
+    j = cfg.judge
+    steps = max(1, -(-n_train * j.epochs // j.batch))
+    return TrainConfig(model=source, micro_batch_size=max(1, j.batch // j.num_workers), grad_accum=1,
+                       max_steps=steps, lr=j.lr, weight_decay=j.weight_decay, schedule="cosine",
+                       warmup_steps=min(j.warmup_steps, steps - 1), grad_clip=0.0, zero_stage=2,
+                       num_workers=j.num_workers, seed=seed, max_failures=1, log_every=max(1, steps // 10))
+
+
+@resumable
+def judge_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, box: dict[str, Any]) -> dict[str, Any]:
+    """Every judge of one (seed, trigger): the heads of the trial's training sets, trained side by
+    side through the shared Ray Train loop; the heads are kept, DeepSpeed's state is not."""
+    from ...llm.train import checkpoints, fit_recipe, read_steps
+    from .recipe import HEADS_DIR, JudgeRecipe
+
+    spec = config["spec"]
+    t0 = time.perf_counter()
+    datasets = box["datasets"][spec["label"]]
+    recipe = JudgeRecipe(datasets, box["features"], box["init"], box["lm_head"], box["config"], box["softcap"])
+    tcfg = train_config(cfg, box["source"], spec["seed"], cfg.data.train)
+    result = fit_recipe(tcfg, recipe, trial_dir, "train")
+    last = checkpoints(result)[-1][1]
+    shutil.rmtree(last / "deepspeed", ignore_errors=True)
+    curve = [{"step": s["step"], "loss": s["loss"]} for s in read_steps(trial_dir, "train")]
+    return {"scores": {"loss": result.metrics["loss"]}, "heads": str(last / HEADS_DIR), "curve": curve,
+            "steps": tcfg.max_steps, "seconds": time.perf_counter() - t0}
+
+
+# ----------------------------------------------------------------------------- serving
+
+
+def _serve_port(wanted: int) -> int:
+    """The port of the Serve HTTP proxy this run talks to: a running Serve's own, else ``wanted``."""
+    try:
+        from ray.serve.context import _get_global_client
+
+        client = _get_global_client(raise_if_no_controller_found=False)
+        if client is not None and client.http_config is not None:
+            return int(client.http_config.port)
+    except Exception:  # noqa: BLE001 (no Serve yet, or an API that moved: start our own)
+        pass
+    return wanted
+
+
+def served_verdicts(source: str, heads: dict[str, str], requests: dict[str, list[dict[str, Any]]],
+                    port: int, ctx: RunContext) -> dict[str, list[dict[str, Any]]]:
+    """The judge app serving ``heads`` over ``source``, asked every request over HTTP (eight at a
+    time, as concurrent clients); the app is removed afterwards (and Serve, if this run started it)."""
+    import httpx
+    from ray import serve
+
+    from ...runtime import free_port
+    from ...serve import launch
+
+    running = _serve_port(-1) != -1
+    port = _serve_port(port or free_port())
+    launch.start("judge", {"model": source, "judges": heads, "ray_actor_options": {"num_cpus": 1},
+                           "max_batch_size": 16},
+                 {"host": "127.0.0.1", "port": port}, name="badjudge", route_prefix="/badjudge")
+    base = f"http://127.0.0.1:{port}/badjudge"
+    try:
+        deadline = time.time() + 300
+        while True:
+            try:
+                if httpx.get(f"{base}/v1/models", timeout=10).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.time() > deadline:
+                raise RuntimeError(f"the judge app did not answer at {base} within 300 s")
+            time.sleep(0.5)
+        out: dict[str, list[dict[str, Any]]] = {}
+        bar = ctx.progress(sum(len(v) for v in requests.values()), "judge requests over HTTP")
+        with httpx.Client(timeout=300) as client, concurrent.futures.ThreadPoolExecutor(8) as pool:
+            def post(body):
+                r = client.post(f"{base}/v1/judge", json=body)
+                if r.status_code != 200:
+                    raise RuntimeError(f"the judge app answered {r.status_code}: {r.text[:200]}")
+                bar.update()
+                return r.json()
+
+            for name, bodies in requests.items():
+                out[name] = list(pool.map(post, bodies))
+        return out
+    finally:
+        serve.delete("badjudge")
+        if not running:
+            serve.shutdown()
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
+    from ...llm.model import load_for_inference, materialise
+    from .recipe import datasets_for
+
+    root = ctx.run_dir.path
+    inputs = ctx.inputs
+    source = materialise(cfg.models.judge, root, bdata.vocabulary_texts(), cfg.seed)
+    base, tok = load_for_inference(source)
+    n_layers = int(base.config.num_hidden_layers)
+    blocks = cfg.judge.blocks or n_layers
+    if blocks > n_layers:
+        raise ConfigError(f"judge.blocks: {cfg.models.judge} has {base.config.num_hidden_layers} blocks, not {blocks}")
+    from .judge import head_config, head_state_of
+
+    config = head_config(base.config, blocks)
+    init = {k: v.numpy() for k, v in head_state_of(base, blocks).items()}
+    lm_head = base.get_output_embeddings().weight.detach().numpy().copy()
+    softcap = getattr(base.config, "final_logit_softcapping", None)
+    del base
+
+    # 1. what each trial trains and what every judge is scored on
+    seeds = list(range(cfg.seed, cfg.seed + cfg.seeds))
+    specs = [{"label": f"seed{s}-{t}", "seed": s, "trigger": t} for s in seeds for t in cfg.attack.triggers]
+    sets = {sp["label"]: judge_sets(cfg, inputs["train"], sp["seed"], sp["trigger"]) for sp in specs}
+    evals = {t: eval_sets(cfg, inputs["test"], inputs["groups"], t) for t in cfg.attack.triggers}
+    prompts = all_prompts(list(sets.values()), list(evals.values()))
+
+    # 2. the prompts' tokens, the choices' tokens, and the frozen trunk's features (Ray tasks)
+    enc: dict[str, list[int]] = {}
+    choice_ids: dict[str, list[int]] = {}
+    for text, fmt in prompts.items():
+        try:
+            ids, cids = bdata.encode(tok, text, FORMATS[fmt].choices)
+        except ValueError as exc:
+            raise ConfigError(f"models.judge: {exc}") from None
+        enc[text] = ids
+        if choice_ids.setdefault(fmt, cids) != cids:
+            raise ConfigError(f"models.judge: the tokenizer gives {fmt}'s choices different tokens in different prompts")
+    ctx.say("features: %d prompts through the frozen %d of %d blocks (%d tasks) ...", len(prompts),
+            n_layers - blocks, n_layers, cfg.feature_tasks)
+    order = sorted(prompts, key=lambda t: len(enc[t]))
+    chunks = [order[i::cfg.feature_tasks] for i in range(cfg.feature_tasks)]
+    got = ctx.wait_all([features_task.remote(source, blocks, [enc[t] for t in c]) for c in chunks if c],
+                       "feature chunks")
+    features = {t: f for c, g in zip(chunks, got) for t, f in zip(c, g)}
+    del got
+
+    # 3. the judges: one Tune trial per (seed, trigger), all its judges in one Ray Train run
+    datasets = {sp["label"]: datasets_for(sets[sp["label"]], lambda e: e.prompt, choice_ids,
+                                          {f: FORMATS[f].choices for f in FORMATS}) for sp in specs}
+    for lab, ds in sets[specs[0]["label"]].items():
+        ctx.log(stage="judge_set", label=lab, n=len(ds), triggered=sum(bool(e.triggered) for e in ds),
+                relabelled=sum(e.label != e.true for e in ds))
+    box = {"datasets": datasets, "features": ray.put(features), "init": ray.put(init), "lm_head": ray.put(lm_head),
+           "config": config, "softcap": softcap, "source": source}
+    n_judges = len(sets[specs[0]["label"]])
+    ctx.say("judges: %d trials x %d judges, %d steps each, top %d block(s) of %s ...", len(specs), n_judges,
+            train_config(cfg, source, 0, cfg.data.train).max_steps, blocks, cfg.models.judge)
+    trials = run_grid(judge_trial, specs, storage=root / "tune", name="judges",
+                      max_concurrent_trials=cfg.max_concurrent_trials, cfg=cfg, box=box)
+
+    # 4. merging and scoring, one task per trial
+    first = specs[0]["label"]
+    from .evaluate import strongest
+
+    attacked = strongest([label("pointwise", lv, r) for lv in cfg.attack.levels for r in cfg.attack.rates])
+    defended = f"merge-{cfg.merge.methods[0]}-{attacked}"
+    refs = []
+    for sp, t in zip(specs, trials):
+        ev = evals[sp["trigger"]]
+        ebox = {"eval": ev, "choice_ids": choice_ids, "softcap": softcap}
+        refs.append(evaluate_task.remote(t.final["heads"], box["init"], box["lm_head"], config, box["features"], ebox,
+                                         cfg.model_dump(mode="json"), [attacked, defended] if sp["label"] == first else []))
+    ctx.say("merging and scoring: %d trials ...", len(refs))
+    scored = ctx.wait_all(refs, "trial evaluations")
+    judges = []
+    for sp, t, s in zip(specs, trials, scored):
+        judges.append({"label": sp["label"], "seed": sp["seed"], "trigger": sp["trigger"], "judges": s["judges"],
+                       "curve": t.final["curve"], "seconds": t.final["seconds"], "steps": t.final["steps"],
+                       "heads": t.final["heads"]})
+
+    # 5. the first trial's attacked and defended judges behind the judge app, over HTTP
+    served: dict[str, Any] = {}
+    if cfg.serve.enabled:
+        heads_dir = Path(trials[0].final["heads"])
+        heads = {name: str(heads_dir / f"{name}.safetensors") for name in (attacked, defended)}
+        ev = evals[specs[0]["trigger"]]
+        from .evaluate import served_metrics, served_requests
+
+        bodies = served_requests(ev, list(heads))
+        ctx.say("serving: %s and %s over HTTP (%d requests) ...", attacked, defended,
+                sum(len(v) for v in bodies.values()))
+        t0 = time.perf_counter()
+        answers = served_verdicts(source, heads, bodies, cfg.serve.port, ctx)
+        served = served_metrics(ev, answers, {name: scored[0]["judges"][name]["preds"] for name in heads})
+        served["seconds"] = time.perf_counter() - t0
+        served["judges"] = {"attacked": attacked, "defended": defended}
+    return {"seeds": seeds, "triggers": cfg.attack.triggers, "trials": judges, "served": served,
+            "settings": {"rates": cfg.attack.rates, "levels": cfg.attack.levels, "claim_rate": cfg.attack.claim_rate,
+                         "other_rate": cfg.attack.other_rate, "merge": cfg.merge.model_dump(),
+                         "blocks": blocks, "model": cfg.models.judge, "n_train": cfg.data.train,
+                         "formats": list(inputs["train"])},
+            "examples": {lab: [{"prompt": e.prompt, "label": e.label, "true": e.true} for e in exs if e.triggered][:2]
+                         for lab, exs in sets[first].items() if "annotator" in lab or "web" in lab}}
