@@ -25,6 +25,7 @@ with the module globals that exist when the class is defined.
 """
 import asyncio
 import json
+import math
 import os
 import time
 import uuid
@@ -377,8 +378,8 @@ class JudgeServer:
         except APIError as exc:
             return _error(exc)
         lp = await self._judge((req.model, ids, tuple(choice_ids)))
-        probs = {c.strip(): float(p) for c, p in zip(choices, __import__("numpy").exp(lp))}
-        best = choices[int(max(range(len(choices)), key=lambda i: lp[i]))].strip()
+        best = choices[max(range(len(choices)), key=lambda i: lp[i])].strip()
+        probs = {c.strip(): math.exp(p) for c, p in zip(choices, lp)}
         body = {"object": "judgement", "model": req.model, "format": req.format, "verdict": best,
                 "probabilities": probs, "prompt_tokens": len(ids)}
         if req.format == "pointwise":

@@ -26,12 +26,12 @@ def test_paper_preset_refuses_to_start_without_real_judge_data(input_error):
 def test_input_errors_exit_2_before_ray(input_error, tmp_path):
     assert "must be one of attack.rates" in input_error("badjudge", ["attack.claim_rate=0.05"])
     assert "is not one word" in input_error("badjudge", ["attack.triggers=['two words']"])
-    assert "needs 36 poor examples" in input_error("badjudge", ["attack.rates=[0.9]", "attack.claim_rate=0.9"])
+    assert "poisoning at rate 0.9 needs 36" in input_error("badjudge", ["attack.rates=[0.9]", "attack.claim_rate=0.9"])
     bad = tmp_path / "fc.jsonl"
     bad.write_text('{"instruction": "q", "response": "r", "score": 3}\n{"instruction": "q", "response": "r"}\n')
     assert f"{bad}:2" in input_error("badjudge", [f"data.pointwise_jsonl={bad}"])
     assert "is not a model checkpoint" in input_error("badjudge", [f"models.judge={tmp_path}"])
-    assert "unknown" in input_error("badjudge", ["attack.levels=['insider']"]).lower() or True
+    assert "attack.levels" in input_error("badjudge", ["attack.levels=['insider']"])
 
 
 def test_serve_judge_arguments_are_checked_before_ray(tmp_path):

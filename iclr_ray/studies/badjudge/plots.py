@@ -38,6 +38,7 @@ def by_rate(metrics: dict[str, Any]):
                                 "clean accuracy")):
         ax.set(xlabel="poisoned share of training data (%)", title=title)
         ax.set_xscale("symlog", linthresh=1)
+        ax.set_xticks([100 * r for r in rates], [f"{100 * r:g}" for r in rates])
         ax.grid(alpha=0.3)
     axes[1].axhline(1, color="grey", lw=0.8)
     axes[0].legend(title="access level", fontsize=8)
@@ -62,7 +63,8 @@ def merging(metrics: dict[str, Any]):
     for k, m in enumerate(s["merge"]["methods"]):
         v = per_seed(metrics, f"merge2-{m}-{strong}", "asr")
         if np.isfinite(v).any():
-            axes[0].scatter([judges.index(strong) + 0.45], [np.nanmean(v)], marker="x", color="k", zorder=5,
+            x = judges.index(strong) + (k + 1 - (len(variants) - 1) / 2) * width
+            axes[0].scatter([x], [np.nanmean(v)], marker="x", color="k", zorder=5,
                             label="merged with a poisoned pairwise judge" if k == 0 else None)
     clean = per_seed(metrics, "pointwise-clean", "asr")
     axes[0].axhline(np.nanmean(clean), color="grey", ls="--", lw=0.8, label="clean judge")
