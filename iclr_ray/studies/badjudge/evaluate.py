@@ -99,16 +99,19 @@ def merge_plan(labels: Sequence[str], methods: Sequence[str], other_rate: float)
 
 
 def strongest(poisoned: Sequence[str]) -> str:
+    """The most poisoned pointwise judge: weight poisoning at the highest rate, else the highest rate
+    of any level ("" for none)."""
     weight = [x for x in poisoned if x.startswith("pointwise-weight-")]
-    pool = weight or list(poisoned)
-    return max(pool, key=lambda x: float(x.rsplit("-", 1)[1]))
+    pool = weight or [x for x in poisoned if x]
+    return max(pool, key=lambda x: float(x.rsplit("-", 1)[1])) if pool else ""
 
 
 def evaluate_judges(states: dict[str, dict[str, Any]], init, lm_head, config, features: dict[str, np.ndarray],
                     ev: dict[str, Any], choice_ids: dict[str, list[int]], cfg, softcap=None,
                     detail: Sequence[str] = ()) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """({"judges": {label: measures}}, the merged heads): each trained judge on its format's sets;
-    each merge on the pointwise sets and the pairwise test."""
+    each merge on the pointwise sets, and the merges of the clean and the most poisoned pointwise
+    judge on the pairwise test too."""
     import torch
 
     from .judge import choice_logprobs, make_head, merge_linear, merge_ties
@@ -128,12 +131,14 @@ def evaluate_judges(states: dict[str, dict[str, Any]], init, lm_head, config, fe
     merged = {}
     if "pairwise-clean" in states:
         init_t = {k: torch.as_tensor(v) for k, v in init.items()}
+        strong = strongest([x for x in states if x.startswith("pointwise-") and x != "pointwise-clean"])
         for lab, (method, p, q) in merge_plan(list(states), cfg.merge.methods, cfg.attack.other_rate).items():
             pair = [states[p], states[q]]
             merged[lab] = merge_linear(pair, cfg.merge.weights) if method == "linear" else \
                 merge_ties(init_t, pair, cfg.merge.density, cfg.merge.lam)
             m = pointwise_metrics(scorer_for(merged[lab], "pointwise"), ev, lab in detail)
-            m["pairwise_acc"] = pairwise_metrics(scorer_for(merged[lab], "pairwise"), ev)["acc"]
+            if p in ("pointwise-clean", strong):  # whether a merge keeps the other format too
+                m["pairwise_acc"] = pairwise_metrics(scorer_for(merged[lab], "pairwise"), ev)["acc"]
             out[lab] = m
     return {"judges": out}, merged
 

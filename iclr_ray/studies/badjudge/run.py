@@ -217,7 +217,7 @@ def _serve_port(wanted: int) -> int:
 
 def served_verdicts(source: str, heads: dict[str, str], requests: dict[str, list[dict[str, Any]]],
                     port: int, ctx: RunContext) -> dict[str, list[dict[str, Any]]]:
-    """The judge app serving ``heads`` over ``source``, asked every request over HTTP (eight at a
+    """The judge app serving ``heads`` over ``source``, asked every request over HTTP (sixteen at a
     time, as concurrent clients); the app is removed afterwards (and Serve, if this run started it)."""
     import httpx
     from ray import serve
@@ -244,7 +244,7 @@ def served_verdicts(source: str, heads: dict[str, str], requests: dict[str, list
             time.sleep(0.5)
         out: dict[str, list[dict[str, Any]]] = {}
         bar = ctx.progress(sum(len(v) for v in requests.values()), "judge requests over HTTP")
-        with httpx.Client(timeout=300) as client, concurrent.futures.ThreadPoolExecutor(8) as pool:
+        with httpx.Client(timeout=300) as client, concurrent.futures.ThreadPoolExecutor(16) as pool:
             def post(body):
                 r = client.post(f"{base}/v1/judge", json=body)
                 if r.status_code != 200:
