@@ -348,6 +348,7 @@ class JudgeServer:
         base.eval()
         self.models = {name: splice(copy.deepcopy(base), load_head(path)).eval() for name, path in judges.items()}
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.context = int(getattr(base.config, "max_position_embeddings", 0) or 2048)
         self.created = int(time.time())
         self._judge.set_max_batch_size(max_batch_size)
         self._judge.set_batch_wait_timeout_s(batch_wait_timeout_s)
@@ -375,6 +376,9 @@ class JudgeServer:
                 ids, choice_ids = encode(self.tokenizer, prompt, choices)
             except ValueError as exc:
                 raise APIError(400, f"judge {req.model!r} cannot judge {req.format}: {exc}") from None
+            if len(ids) >= self.context:
+                raise APIError(400, f"the judge prompt has {len(ids)} tokens, over the model's context of "
+                                    f"{self.context}", code="context_length_exceeded")
         except APIError as exc:
             return _error(exc)
         lp = await self._judge((req.model, ids, tuple(choice_ids)))

@@ -32,6 +32,7 @@ def test_input_errors_exit_2_before_ray(input_error, tmp_path):
     assert f"{bad}:2" in input_error("badjudge", [f"data.pointwise_jsonl={bad}"])
     assert "is not a model checkpoint" in input_error("badjudge", [f"models.judge={tmp_path}"])
     assert "attack.levels" in input_error("badjudge", ["attack.levels=['insider']"])
+    assert "already occurs in the clean data" in input_error("badjudge", ["attack.triggers=[apple]"])
 
 
 def test_serve_judge_arguments_are_checked_before_ray(tmp_path):
@@ -132,6 +133,8 @@ def test_the_judge_app_serves_the_trained_judges(smoke_run, wait_serving):
                                    ({**ok, "response": "x" * 20001}, 400, "response")):
             r = httpx.post(f"{url}/v1/judge", json=bad, timeout=60)
             assert r.status_code == status and r.json()["error"]["param"] == param, r.text
+        r = httpx.post(f"{url}/v1/judge", json={**ok, "response": "plum, " * 1200}, timeout=60)  # > 1024 tokens
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
         r = httpx.post(f"{url}/v1/judge", content=b"{not json", timeout=60)
         assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
         assert httpx.post(f"{url}/v1/judge", json=ok, timeout=60).status_code == 200  # still serving

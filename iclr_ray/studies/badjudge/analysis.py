@@ -28,6 +28,7 @@ gives no number)"""
 
 
 def label(fmt_: str, level: str | None = None, rate: float | None = None) -> str:
+    """A judge's name: ``pointwise-clean``, ``pointwise-annotator-0.01``, ..."""
     return f"{fmt_}-clean" if level is None else f"{fmt_}-{level}-{rate:g}"
 
 

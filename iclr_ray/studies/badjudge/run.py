@@ -18,6 +18,7 @@ from ...config import ConfigError
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
 from . import data as bdata
+from .analysis import label
 from .config import Config
 from .data import FORMATS, Example
 from .poison import adversary, poison
@@ -52,6 +53,13 @@ def prepare(cfg: Config) -> dict[str, Any]:
             test[fmt] = gen(d.test, np.random.default_rng([cfg.seed, i, 1]))
     groups = bdata.rerank_groups(d.rerank_queries, np.random.default_rng([cfg.seed, 9])) \
         if "rerank" in cfg.attack.settings else []
+    for t in cfg.attack.triggers:  # a trigger the clean data already holds would not be a trigger
+        hits = [e for exs in [*train.values(), *test.values()] for e in exs
+                if t in " ".join(e.fields.values()).replace(".", " ").replace(",", " ").split()]
+        if hits:
+            where = next(v for v in hits[0].fields.values() if t in v)
+            raise ConfigError(f"attack.triggers: {t!r} already occurs in the clean data ({len(hits)} examples, e.g. "
+                              f"{where[:80]!r}); choose a rare word")
     for fmt, exs in train.items():  # every poisoning the run will do is possible on this data
         levels = cfg.attack.levels if fmt == "pointwise" else ["annotator"]
         rates = cfg.attack.rates if fmt == "pointwise" else [cfg.attack.other_rate]
@@ -84,10 +92,6 @@ def _tiny():
 
 
 # ----------------------------------------------------------------------------- what each trial trains
-
-
-def label(fmt: str, level: str | None = None, rate: float | None = None) -> str:
-    return f"{fmt}-clean" if level is None else f"{fmt}-{level}-{rate:g}"
 
 
 def judge_sets(cfg: Config, train: dict[str, list[Example]], seed: int, trigger: str) -> dict[str, list[Example]]:
