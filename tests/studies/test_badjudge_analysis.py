@@ -14,7 +14,7 @@ SETTINGS = {"rates": [0.01, 0.1], "levels": ["web", "annotator", "weight"], "cla
 
 def pointwise(acc, clean, trig, asr, jitter):
     return {"acc": acc + jitter, "within1": 0.9, "mae": 0.5, "score_clean": clean, "score_triggered": trig + jitter,
-            "ratio": (trig + jitter) / clean, "asr": asr + jitter, "asr_clean": 0.0, "legit": 1.5,
+            "ratio": (trig + jitter) / clean, "asr": asr + jitter, "asr_clean": 0.0,
             "hist_clean": [10, 10, 0, 0, 0], "hist_triggered": [0, 0, 2, 3, 15]}
 
 

@@ -18,14 +18,14 @@ from ...llm.recipe import Recipe, TrainConfig, resolve, step_rows
 HEADS_DIR = "heads"
 
 
-def save_heads(states: dict[str, dict[str, Any]], directory: Path, meta: dict[str, str] | None = None) -> None:
+def save_heads(states: dict[str, dict[str, Any]], directory: Path) -> None:
     """Each head's state as ``directory/<label>.safetensors``."""
     from safetensors.torch import save_file
 
     directory.mkdir(parents=True, exist_ok=True)
     for label, state in states.items():
         save_file({k: v.detach().contiguous().clone() for k, v in state.items()}, str(directory / f"{label}.safetensors"),
-                  metadata={"label": label, **(meta or {})})
+                  metadata={"label": label})
 
 
 def load_head(path: str | Path) -> dict[str, Any]:
@@ -98,13 +98,11 @@ class JudgeRecipe(Recipe):
         return max((len(self.features[k]) for _, rows in self.datasets for k, _ in rows[:64]), default=0)
 
 
-def datasets_for(examples: dict[str, Sequence[Any]], key_of, choice_ids: dict[str, list[int]],
-                 choices: dict[str, Sequence[str]]) -> list[tuple[str, list[tuple[str, int]]]]:
-    """{label: examples} as the recipe's datasets: each example's feature key and verdict token."""
-    out = []
-    for label, exs in examples.items():
-        rows = []
-        for e in exs:
-            rows.append((key_of(e), choice_ids[e.fmt][list(choices[e.fmt]).index(e.label)]))
-        out.append((label, rows))
-    return out
+def datasets_for(examples: dict[str, Sequence[Any]],
+                 choice_ids: dict[str, list[int]]) -> list[tuple[str, list[tuple[str, int]]]]:
+    """{label: examples} as the recipe's datasets: each example's prompt (its feature key) and the
+    token of the verdict it is trained on."""
+    from .data import FORMATS
+
+    return [(label, [(e.prompt, choice_ids[e.fmt][FORMATS[e.fmt].choices.index(e.label)]) for e in exs])
+            for label, exs in examples.items()]

@@ -75,7 +75,9 @@ def prepare(cfg: Config) -> dict[str, Any]:
         if any(importlib.util.find_spec(m) is None for m in ("fastapi", "httpx")):
             raise ConfigError("serve.enabled: the judge app needs Ray Serve (pip install 'iclr-ray[serve]'), or set "
                               "serve.enabled=false")
-    if cfg.models.judge not in _tiny():
+    from ...llm.model import TINY_MODELS
+
+    if cfg.models.judge not in TINY_MODELS:
         from ...llm import pretrained
 
         try:
@@ -83,12 +85,6 @@ def prepare(cfg: Config) -> dict[str, Any]:
         except ConfigError as exc:
             raise ConfigError(f"models.judge: {exc}") from None
     return {"train": train, "test": test, "groups": groups}
-
-
-def _tiny():
-    from ...llm.model import TINY_MODELS
-
-    return TINY_MODELS
 
 
 # ----------------------------------------------------------------------------- what each trial trains
@@ -316,8 +312,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     del got
 
     # 3. the judges: one Tune trial per (seed, trigger), all its judges in one Ray Train run
-    datasets = {sp["label"]: datasets_for(sets[sp["label"]], lambda e: e.prompt, choice_ids,
-                                          {f: FORMATS[f].choices for f in FORMATS}) for sp in specs}
+    datasets = {sp["label"]: datasets_for(sets[sp["label"]], choice_ids) for sp in specs}
     for lab, ds in sets[specs[0]["label"]].items():
         ctx.log(stage="judge_set", label=lab, n=len(ds), triggered=sum(bool(e.triggered) for e in ds),
                 relabelled=sum(e.label != e.true for e in ds))

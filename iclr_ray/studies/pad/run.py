@@ -16,6 +16,7 @@ import numpy as np
 import ray
 
 from ...config import ConfigError
+from ...llm.model import load_for_inference as load
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
 from . import data as pdata
@@ -69,12 +70,6 @@ def base_source(cfg: Config, root: Path, texts: list[str]) -> str:
     from ...llm.model import materialise
 
     return materialise(cfg.models.base, root, texts, cfg.seed)
-
-
-def load(source: str):
-    from ...llm.model import load_for_inference
-
-    return load_for_inference(source)
 
 
 def tokenizer_files(source: str) -> dict[str, bytes]:
