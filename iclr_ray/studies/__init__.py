@@ -66,6 +66,12 @@ REGISTRY: dict[str, Entry] = {e.id: e for e in (
     Entry("coord_sketch", "Matrix product sketching by coordinated sampling",
           "Daliri, Freire, Li, Musco. Matrix Product Sketching via Coordinated Sampling. ICLR 2025",
           ("tasks: one per party sketch, one per estimate",)),
+    Entry("igcg", "I-GCG's multi-coordinate suffix update against GCG, on benign target strings",
+          "Jia, Pang, Du, Huang, Gu, Liu, Cao, Lin. Improved Techniques for Optimization-Based Jailbreaking on "
+          "Large Language Models. ICLR 2025",
+          ("tasks: one optimisation per (target, method, seed), in parallel; easy-to-hard runs wait in Ray for "
+           "the easy target's result", "Tune: iclr-ray sweep igcg over the optimiser (K, top-k, batch, ...)"),
+          extra="llm", needs=("torch", "transformers")),
     Entry("knowledge_entropy",
           "Knowledge entropy decay over pretraining, new-knowledge acquisition and retention, resuscitation",
           "Kim, Lee, Cho, Jang, Hwang, Won, Ahn, Lee, Seo. Knowledge Entropy Decay during Language Model "

@@ -1,0 +1,290 @@
+"""igcg on Ray: one Ray task per optimisation (target x method x seed), all submitted at once and
+run in parallel; the easy-to-hard runs take the easy target's I-GCG result as an argument, so Ray
+starts each as soon as the suffix it starts from exists. ``iclr-ray sweep igcg`` is a Ray Tune
+sweep over the optimiser's settings, each trial a set of those tasks.
+
+Each task loads its model from the local cache (a packaged model is converted once, in
+``prepare``) and returns its per-step log and final suffix; the run writes both as artefacts
+(``artefacts/suffixes.jsonl``, ``artefacts/steps.jsonl``) beside the report."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from ...config import ConfigError
+from ...runtime import RunContext
+from .config import TINY, Config, Target
+from .data import all_texts, read_targets
+
+ARTEFACTS = "artefacts"
+RUNS = "runs"
+"""each finished optimisation's result, saved as it arrives: a rerun into the same --out resumes"""
+
+
+@dataclass
+class Inputs:
+    targets: list[Target]
+    label: str
+    """the model, in words"""
+
+
+def prepare(cfg: Config) -> Inputs:
+    """The targets (the config's, or the user's file), the model installed (a packaged one converted
+    once, here) and every prompt renderable with a suffix of ``attack.suffix_len`` tokens."""
+    if cfg.require_file and not cfg.targets_file:
+        raise ConfigError("require_file: this preset reads the behaviours from your own file; set "
+                          "targets_file=PATH (CSV with columns goal,target, or JSONL of {\"message\", \"target\"})")
+    targets = read_targets(cfg.targets_file, cfg.max_targets) if cfg.targets_file else list(cfg.targets)
+    if cfg.easy >= len(targets):
+        raise ConfigError(f"easy={cfg.easy} but there are {len(targets)} targets")
+    from . import gcg
+
+    if cfg.model == TINY:
+        from ...llm.model import build_tokenizer
+
+        tok, label = build_tokenizer(all_texts(targets)), "random tiny Llama (smoke: no pretrained weights)"
+    else:
+        from ...llm import pretrained
+
+        pretrained.check_available(cfg.model)
+        tok = pretrained.load_tokenizer(cfg.model)
+        label = pretrained.PACKAGED[cfg.model].note if cfg.model in pretrained.PACKAGED else cfg.model
+    try:
+        gcg.init_suffix(tok, cfg.attack.suffix_len, cfg.attack.init)
+        for t in targets:
+            gcg.layout(tok, t.message, t.target, cfg.system)
+    except ValueError as exc:
+        raise ConfigError(f"model {cfg.model}: {exc}") from None
+    allowed = int(gcg.allowed_tokens(tok, len(tok)).sum())
+    if cfg.attack.top_k > allowed:
+        raise ConfigError(f"attack.top_k={cfg.attack.top_k}: model {cfg.model} has {allowed} tokens a suffix may hold")
+    return Inputs(targets, label)
+
+
+# -- inside the Ray tasks ---------------------------------------------------------------------------
+
+def _settings(attack: dict[str, Any], K: int, guided: bool):
+    from .gcg import Settings
+
+    return Settings(K=K, top_k=attack["top_k"], batch=attack["batch"], guided=guided, steps=attack["steps"],
+                    criterion=attack["criterion"], threshold=attack["threshold"])
+
+
+def verify(model, tok, lay_text: tuple[str, str], suffix: str, target: str) -> tuple[bool, str]:
+    """Whether greedy ``generate()`` in float32, on the whole prompt tokenised as one string (the
+    suffix pasted as text), starts its answer with the target; and the answer."""
+    import torch
+
+    model = model.float()
+    before, after = lay_text
+    ids = tok(before + suffix + after, add_special_tokens=False, return_tensors="pt").input_ids.to(model.device)
+    n = len(tok(target, add_special_tokens=False).input_ids)
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n + 2, do_sample=False,
+                             pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+    answer = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+    return answer.strip().startswith(target.strip()), answer
+
+
+@ray.remote
+def optimise_task(source: str, spec: dict[str, Any], target: dict[str, str], attack: dict[str, Any],
+                  system: str | None, dtype: str, start: dict[str, Any] | None, check: bool) -> dict[str, Any]:
+    """One optimisation: the spec's method on one target from ``start``'s suffix (an earlier run's
+    result: easy-to-hard) or the default ``! ! ...``; its per-step log and final suffix."""
+    import torch
+
+    from ...llm.model import load_for_inference
+    from . import gcg
+
+    model, tok = load_for_inference(source)
+    model = model.to(getattr(torch, dtype))
+    if torch.cuda.is_available():
+        model = model.to("cuda")
+    lay = gcg.layout(tok, target["message"], target["target"], system)
+    obj = gcg.Objective(model, lay, chunk=attack["chunk"])
+    allowed = gcg.allowed_tokens(tok, obj.vocab)
+    init = start["suffix_ids"] if start is not None else gcg.init_suffix(tok, attack["suffix_len"], attack["init"])
+    trace = gcg.optimise(obj, tok, init, _settings(attack, spec["K"], spec["method"] != "random"), allowed,
+                         seed=spec["seed"])
+    suffix = tok.decode(trace.suffix)
+    out = {**spec, "success_step": trace.success_step, "suffix_ids": trace.suffix, "suffix": suffix,
+           "target_tokens": len(lay.target), "init_suffix": tok.decode(init),
+           **{k: [getattr(s, k) for s in trace.steps] for k in ("loss", "exact", "changed", "candidates", "seconds")}}
+    if check:
+        out["generates"], out["answer"] = verify(model, tok, gcg.render(tok, target["message"], system), suffix,
+                                                 target["target"])
+    return out
+
+
+# -- the run ----------------------------------------------------------------------------------------
+
+def method_of(K: int) -> str:
+    return "gcg" if K == 1 else "igcg"
+
+
+def label(spec: dict[str, Any]) -> str:
+    init = "+easy" if spec["init"] == "easy" else ""
+    return f"t{spec['target']}/{spec['method']}{spec['K']}{init}/s{spec['seed']}"
+
+
+def run_ks(cfg: Config) -> list[int]:
+    """The K values run on every target: ``ks``, and attack.K which the control and easy-to-hard
+    are compared with."""
+    extra = {cfg.attack.K} if cfg.control or cfg.easy_to_hard else set()
+    return sorted(set(cfg.ks) | extra)
+
+
+def grid(cfg: Config, n_targets: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the specs from the default start, the easy-to-hard specs)."""
+    spec = lambda t, m, K, s, init="default": {"target": t, "method": m, "K": K, "seed": s, "init": init}  # noqa: E731
+    main = [spec(t, method_of(K), K, s) for s in cfg.seeds for t in range(n_targets) for K in run_ks(cfg)]
+    if cfg.control:
+        main += [spec(t, "random", cfg.attack.K, s) for s in cfg.seeds for t in range(n_targets)]
+    e2h = [spec(t, method_of(cfg.attack.K), cfg.attack.K, s, "easy") for s in cfg.seeds for t in range(n_targets)
+           if t != cfg.easy] if cfg.easy_to_hard else []
+    return main, e2h
+
+
+def _source(cfg: Config, root, targets: list[Target]) -> str:
+    from ...llm.model import materialise
+
+    return materialise("tiny-llama" if cfg.model == TINY else cfg.model, root, all_texts(targets), seed=cfg.seed)
+
+
+def _options(cfg: Config) -> dict[str, Any]:
+    return {"num_cpus": cfg.cpus_per_task, "num_gpus": cfg.gpus_per_task}
+
+
+def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
+    inputs: Inputs = ctx.inputs
+    targets = inputs.targets
+    source = _source(cfg, ctx.run_dir.path, targets)
+    attack = cfg.attack.model_dump()
+    main, e2h = grid(cfg, len(targets))
+    ctx.say("%d optimisations on %d targets (%s), %d from the easy target's suffix; budget %d steps",
+            len(main) + len(e2h), len(targets), inputs.label, len(e2h), cfg.attack.steps)
+    task = optimise_task.options(**_options(cfg))
+    tdicts = [t.model_dump() for t in targets]
+    store = ctx.run_dir.path / RUNS
+    done = saved_runs(store)
+    if done:
+        ctx.say("%d optimisations already finished in %s: resuming", len(done), store)
+
+    def submit(s: dict[str, Any], start) -> None:
+        if label(s) not in done:
+            refs[label(s)] = task.remote(source, s, tdicts[s["target"]], attack, cfg.system, cfg.dtype, start,
+                                         cfg.verify)
+
+    refs: dict[str, Any] = {}
+    for s in main:
+        submit(s, None)
+    for s in e2h:  # an unfinished source waits in Ray (not here) for the easy target's run
+        easy = label({**s, "target": cfg.easy, "init": "default"})
+        submit(s, done.get(easy) or refs[easy])
+    t0 = time.perf_counter()
+    bar = ctx.progress(len(refs), "optimisations")
+    pending = {ref: name for name, ref in refs.items()}
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        for ref in ready:
+            r = ray.get(ref)
+            done[pending.pop(ref)] = r
+            save_run(store, r)
+            ctx.log(kind="run", label=label(r), success_step=r["success_step"], final_loss=r["loss"][-1],
+                    seconds=r["seconds"][-1], generates=r.get("generates"))
+            bar.update()
+    runs = [done[label(s)] for s in main + e2h]
+    write_artefacts(ctx.run_dir.path / ARTEFACTS, runs, targets)
+    return {"model": inputs.label, "targets": [t.model_dump() for t in targets], "easy": cfg.easy,
+            "ks": run_ks(cfg), "compared_ks": sorted(cfg.ks), "K": cfg.attack.K, "budget": cfg.attack.steps,
+            "criterion": cfg.attack.criterion, "runs": runs, "wall_seconds": time.perf_counter() - t0}
+
+
+def _file(name: str) -> str:
+    return name.replace("/", "_").replace("+", "-") + ".json"
+
+
+def save_run(store, r: dict[str, Any]) -> None:
+    from ...results import atomic_write_text
+
+    store.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(store / _file(label(r)), json.dumps(r))
+
+
+def saved_runs(store) -> dict[str, dict[str, Any]]:
+    """{label: result} of the optimisations an earlier attempt of this run finished."""
+    out = {}
+    for f in sorted(store.glob("*.json")) if store.is_dir() else []:
+        r = json.loads(f.read_text())
+        out[label(r)] = r
+    return out
+
+
+def write_artefacts(folder, runs: list[dict[str, Any]], targets: list[Target]) -> None:
+    """The optimised suffixes (one JSON line per run) and every run's per-step log, written
+    atomically: what a defence benchmark reads."""
+    from ...results import atomic_write_text
+
+    folder.mkdir(parents=True, exist_ok=True)
+    keys = ("target", "method", "K", "seed", "init", "success_step", "suffix", "suffix_ids", "generates", "answer")
+    suffixes = [{**{k: r.get(k) for k in keys}, "message": targets[r["target"]].message,
+                 "target_text": targets[r["target"]].target, "final_loss": r["loss"][-1]} for r in runs]
+    steps = [{"run": label(r), "step": i, **{k: r[k][i] for k in ("loss", "exact", "changed", "candidates", "seconds")}}
+             for r in runs for i in range(len(r["loss"]))]
+    atomic_write_text(folder / "suffixes.jsonl", "".join(json.dumps(x) + "\n" for x in suffixes))
+    atomic_write_text(folder / "steps.jsonl", "".join(json.dumps(x) + "\n" for x in steps))
+
+
+# -- iclr-ray sweep igcg ----------------------------------------------------------------------------
+
+def sweep_trial(config: dict[str, Any], *, cfg: Config, source: str, targets: list[dict[str, str]]) -> None:
+    """One Tune trial: the space's ``attack.*`` values, I-GCG (GCG at K = 1) on every target and
+    seed as Ray tasks; reports the success rate and the mean steps and seconds to success (a run
+    that does not succeed counts its whole budget)."""
+    from ray import tune
+
+    from .config import Attack
+
+    attack = Attack.model_validate({**cfg.attack.model_dump(),
+                                    **{k.split(".", 1)[1]: v for k, v in config.items() if k.startswith("attack.")}})
+    a = attack.model_dump()
+    task = optimise_task.options(**_options(cfg))
+    specs = [{"target": t, "method": method_of(attack.K), "K": attack.K, "seed": s, "init": "default"}
+             for s in cfg.seeds for t in range(len(targets))]
+    runs = ray.get([task.remote(source, s, targets[s["target"]], a, cfg.system, cfg.dtype, None, False)
+                    for s in specs])
+    from .analysis import seconds_to_success, steps_to_success
+
+    tune.report({"success_rate": sum(r["success_step"] is not None for r in runs) / len(runs),
+                 "steps": sum(steps_to_success(r, a["steps"]) for r in runs) / len(runs),
+                 "seconds": sum(seconds_to_success(r) for r in runs) / len(runs)})
+
+
+def sweep(cfg: Config, space, ctx: RunContext, scheduler: str, resume: bool) -> dict[str, Any]:
+    """``iclr-ray sweep igcg --space FILE``: each trial the space's optimiser settings on every
+    target and seed; ranked by the space's metric (``steps``, ``seconds`` or ``success_rate``)."""
+    from ray import tune
+
+    from ...sweep.tuner import run_tuner
+
+    inputs: Inputs = ctx.inputs
+    source = _source(cfg, ctx.run_dir.path, inputs.targets)
+    trainable = tune.with_parameters(sweep_trial, cfg=cfg, source=source,
+                                     targets=[t.model_dump() for t in inputs.targets])
+    results = run_tuner(trainable, space.tune_param_space(), storage_path=ctx.run_dir.path / "tune", name="sweep",
+                        max_concurrent_trials=space.max_concurrent_trials, num_samples=space.num_samples,
+                        resume=resume)
+    rows = []
+    for r in results:
+        m = dict(r.metrics or {})
+        rows.append({"params": {k: (r.config or {}).get(k) for k in space.params}, space.metric: m.get(space.metric),
+                     "success_rate": m.get("success_rate"), "steps": m.get("steps"), "seconds": m.get("seconds"),
+                     "error": None if r.error is None else str(r.error).splitlines()[0]})
+    ranked = sorted((r for r in rows if r[space.metric] is not None), key=lambda r: r[space.metric],
+                    reverse=space.mode == "max")
+    return {"trials": len(rows), "finished": sum(r[space.metric] is not None for r in rows), "rows": rows,
+            "best": ranked[0] if ranked else None, "metric": space.metric, "mode": space.mode}
