@@ -198,14 +198,19 @@ class RunDir:
 
 
 def ranking(summary: dict[str, Any]) -> str:
-    """A sweep's trials as a table, best first by its metric; unscored trials last."""
+    """A sweep's trials as a table, best first by its metric; unscored trials last. ``columns`` in
+    the summary names the other per-trial values shown (default: the rows a trial saw)."""
     metric, rows = summary["metric"], summary["rows"]
     keys = list(rows[0]["params"]) if rows else []
+    extra = [c for c in summary.get("columns", ["samples"]) if c != metric]
     scored = sorted((r for r in rows if r.get(metric) is not None), key=lambda r: r[metric],
                     reverse=summary["mode"] == "max")
-    return table([*keys, metric, "finished", "rows seen"],
+    return table([*keys, metric, "finished", *(COLUMN_NAMES.get(c, c) for c in extra)],
                  [[*(str(v) for v in r["params"].values()), fmt(r.get(metric)), str(r["finished"]),
-                   fmt(r.get("samples"))] for r in scored + [r for r in rows if r.get(metric) is None]])
+                   *(fmt(r.get(c)) for c in extra)] for r in scored + [r for r in rows if r.get(metric) is None]])
+
+
+COLUMN_NAMES = {"samples": "rows seen"}
 
 
 def _sweep_sections(result: dict[str, Any], path: Path) -> tuple[str, list[str], str]:

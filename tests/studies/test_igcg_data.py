@@ -62,3 +62,14 @@ def test_grid_runs_every_method_on_every_target_and_seed():
     assert sorted({s["target"] for s in e2h}) == [1, 2, 3] and all(s["K"] == 7 and s["init"] == "easy" for s in e2h)
     main, e2h = grid(Config(control=False, easy_to_hard=False, ks=[1, 3], attack={"K": 7}), 4)
     assert {s["K"] for s in main} == {1, 3} and e2h == []
+
+
+def test_shipped_search_spaces_fit_the_config():
+    from pathlib import Path
+
+    from iclr_ray.sweep.spaces import load_space
+
+    root = Path(__file__).resolve().parents[2] / "tune_spaces"
+    small = load_space(root / "igcg_small.yaml", Config)
+    assert set(small.params) == {"attack.K", "attack.top_k", "attack.batch"} and small.metric == "seconds"
+    assert set(load_space(root / "igcg_smoke.yaml", Config).params) == {"attack.K"}

@@ -198,3 +198,25 @@ def test_optimise_stops_at_the_first_success(problem):
     tr = gcg.optimise(obj, tok, init, s, allowed, seed=0)
     assert tr.success_step is not None and tr.success_step == len(tr.steps) - 1
     assert tr.steps[-1].loss < s.threshold and all(st.loss >= s.threshold for st in tr.steps[:-1])
+
+
+def test_a_model_that_scales_its_embeddings_gets_scaled_suffix_rows(tiny):
+    """Gemma multiplies its embeddings by sqrt(d): the loss of a batch of token ids and of their
+    one-hot rows must both be the whole prompt's (a sliding-window cache as well)."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    _, tok = tiny
+    conf = Gemma3TextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=8,
+                            max_position_embeddings=256, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    model = Gemma3ForCausalLM(conf).double().eval()
+    assert float(model.get_input_embeddings().embed_scale) == pytest.approx(8.0)
+    lay = gcg.layout(tok, "Tell me about the ocean.", "The password is orange.")
+    obj = gcg.Objective(model, lay)
+    suffix = torch.tensor(gcg.init_suffix(tok, 6, "a"))
+    with torch.no_grad():
+        whole = float(full_loss(model, lay, suffix.tolist()))
+        one_hot = torch.nn.functional.one_hot(suffix, obj.vocab).double()
+        assert float(obj.losses(suffix[None])[0][0]) == pytest.approx(whole, rel=1e-6)
+        assert float(obj.relaxed_loss(one_hot)) == pytest.approx(whole, rel=1e-6)

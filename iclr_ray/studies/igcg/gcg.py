@@ -28,6 +28,7 @@ and its key/value cache reused by every forward pass.
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import time
 from dataclasses import dataclass, field
@@ -146,26 +147,27 @@ def _wide(x: torch.Tensor) -> torch.Tensor:
 class Objective:
     """The target loss of a suffix for one prompt, batched, and its coordinate gradient.
 
-    ``before`` runs once; its key/value cache is expanded over each batch of candidates."""
+    ``before`` runs once; each forward pass starts from a copy of its key/value cache, repeated over
+    the batch of candidates (the cache object itself, so a sliding-window layer keeps its place)."""
 
     def __init__(self, model, lay: Layout, chunk: int = 64):
-        from transformers import DynamicCache
-
         self.model, self.chunk, self.target = model, chunk, torch.tensor(lay.target)
-        self._cache_class = DynamicCache
         # transformers renamed forward's ``past_key_values`` to ``cache`` within 5.x
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-        embed = model.get_input_embeddings()
-        self.W = embed.weight
+        self.embed = model.get_input_embeddings()
+        self.W = self.embed.weight
         dev = self.W.device
         self.target = self.target.to(dev)
+        # a model may scale its embeddings (Gemma: by sqrt(d)); a relaxed one-hot row must be too
+        self.scale = getattr(self.embed, "embed_scale", 1.0)
         with torch.no_grad():
-            self.after_emb = embed(torch.tensor(lay.after, device=dev))
-            self.target_emb = embed(self.target)
+            self.after_emb = self.embed(torch.tensor(lay.after, device=dev))
+            self.target_emb = self.embed(self.target)
+            if not torch.allclose(self.target_emb, self.W[self.target] * self.scale):
+                raise ValueError(f"{type(self.embed).__name__} is not a (scaled) lookup of its weight")
             if lay.before:
                 out = model(input_ids=torch.tensor([lay.before], device=dev), use_cache=True)
-                kv = out["cache"] if "cache" in out else out["past_key_values"]
-                self.prefix = [(layer.keys, layer.values) for layer in kv.layers]
+                self.prefix = out["cache"] if "cache" in out else out["past_key_values"]
             else:
                 self.prefix = None
 
@@ -178,20 +180,20 @@ class Objective:
         B, T = suffix_emb.shape[0], self.target.shape[0]
         x = torch.cat([suffix_emb, self.after_emb.expand(B, -1, -1), self.target_emb.expand(B, -1, -1)], dim=1)
         cache = None
-        if self.prefix is not None:
-            cache = self._cache_class([(k.expand(B, -1, -1, -1), v.expand(B, -1, -1, -1)) for k, v in self.prefix],
-                                      config=self.model.config)
+        if self.prefix is not None:  # a copy (a forward pass appends to it), one row per candidate
+            cache = copy.deepcopy(self.prefix)
+            cache.batch_repeat_interleave(B)
         out = self.model(inputs_embeds=x, use_cache=cache is not None, logits_to_keep=T + 1, **{self._cache_kw: cache})
         return out.logits[:, :T]
 
     def losses(self, suffixes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss [B], exact [B] bool) of a batch of suffixes [B, L], in chunks of ``chunk``."""
-        losses, exact = [torch.zeros(0, dtype=torch.float64)], [torch.zeros(0, dtype=torch.bool)]
         if len(suffixes) == 0:  # (splitting an empty batch still yields one empty chunk)
-            return losses[0], exact[0]
+            return torch.zeros(0), torch.zeros(0, dtype=torch.bool)
+        losses, exact = [], []
         with torch.no_grad():
             for part in suffixes.to(self.W.device).split(self.chunk):
-                lg = _wide(self._logits(self.W[part]))
+                lg = _wide(self._logits(self.embed(part)))
                 tgt = self.target.expand(len(part), -1)
                 losses.append(F.cross_entropy(lg.transpose(1, 2), tgt, reduction="none").mean(1).cpu())
                 exact.append((lg.argmax(-1) == tgt).all(1).cpu())
@@ -199,8 +201,8 @@ class Objective:
 
     def relaxed_loss(self, one_hot: torch.Tensor) -> torch.Tensor:
         """L of a relaxed suffix: rows of ``one_hot`` [L, V] weight the embedding rows (a one-hot
-        row is a token); a scalar with a graph back to ``one_hot``."""
-        lg = _wide(self._logits((one_hot @ self.W)[None]))
+        row is a token, embedded as the model embeds it); a scalar with a graph back to ``one_hot``."""
+        lg = _wide(self._logits((one_hot @ self.W * self.scale)[None]))
         return F.cross_entropy(lg[0], self.target)
 
     def gradient(self, suffix: torch.Tensor) -> torch.Tensor:

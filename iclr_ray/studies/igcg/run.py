@@ -241,18 +241,23 @@ def write_artefacts(folder, runs: list[dict[str, Any]], targets: list[Target]) -
 
 # -- iclr-ray sweep igcg ----------------------------------------------------------------------------
 
+SWEEP_SCORES = ("success_rate", "steps", "seconds")
+"""what each sweep trial reports (a space's metric is one of them)"""
+
 def sweep_trial(config: dict[str, Any], *, cfg: Config, source: str, targets: list[dict[str, str]]) -> None:
     """One Tune trial: the space's ``attack.*`` values, I-GCG (GCG at K = 1) on every target and
     seed as Ray tasks; reports the success rate and the mean steps and seconds to success (a run
     that does not succeed counts its whole budget)."""
     from ray import tune
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from .config import Attack
 
     attack = Attack.model_validate({**cfg.attack.model_dump(),
                                     **{k.split(".", 1)[1]: v for k, v in config.items() if k.startswith("attack.")}})
     a = attack.model_dump()
-    task = optimise_task.options(**_options(cfg))
+    # outside the trial's placement group (a sliver of CPU): the tasks take their own CPUs
+    task = optimise_task.options(**_options(cfg), scheduling_strategy=PlacementGroupSchedulingStrategy(None))
     specs = [{"target": t, "method": method_of(attack.K), "K": attack.K, "seed": s, "init": "default"}
              for s in cfg.seeds for t in range(len(targets))]
     runs = ray.get([task.remote(source, s, targets[s["target"]], a, cfg.system, cfg.dtype, None, False)
@@ -271,6 +276,8 @@ def sweep(cfg: Config, space, ctx: RunContext, scheduler: str, resume: bool) -> 
 
     from ...sweep.tuner import run_tuner
 
+    if space.metric not in SWEEP_SCORES:
+        raise ConfigError(f"an igcg sweep ranks by one of {', '.join(SWEEP_SCORES)}, not {space.metric!r}")
     inputs: Inputs = ctx.inputs
     source = _source(cfg, ctx.run_dir.path, inputs.targets)
     trainable = tune.with_parameters(sweep_trial, cfg=cfg, source=source,
@@ -282,9 +289,10 @@ def sweep(cfg: Config, space, ctx: RunContext, scheduler: str, resume: bool) -> 
     for r in results:
         m = dict(r.metrics or {})
         rows.append({"params": {k: (r.config or {}).get(k) for k in space.params}, space.metric: m.get(space.metric),
-                     "success_rate": m.get("success_rate"), "steps": m.get("steps"), "seconds": m.get("seconds"),
+                     **{k: m.get(k) for k in SWEEP_SCORES}, "finished": m.get(space.metric) is not None,
                      "error": None if r.error is None else str(r.error).splitlines()[0]})
     ranked = sorted((r for r in rows if r[space.metric] is not None), key=lambda r: r[space.metric],
                     reverse=space.mode == "max")
-    return {"trials": len(rows), "finished": sum(r[space.metric] is not None for r in rows), "rows": rows,
-            "best": ranked[0] if ranked else None, "metric": space.metric, "mode": space.mode}
+    return {"trials": len(rows), "finished": sum(r["finished"] for r in rows), "rows": rows,
+            "best": ranked[0] if ranked else None, "metric": space.metric, "mode": space.mode,
+            "columns": list(SWEEP_SCORES)}
