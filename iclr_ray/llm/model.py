@@ -102,6 +102,14 @@ def load_pretrained(source: str | Path, dtype=None):
     return model, tokenizer
 
 
+def cache_keyword(model) -> str:
+    """The keyword a model's forward takes (and its output returns) the key/value cache by:
+    transformers renamed ``past_key_values`` to ``cache`` during 5.x."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def decoder_blocks(model):
     """The decoder blocks (a ``torch.nn.ModuleList``) of a Hugging Face causal LM: Llama, Gemma,
     Qwen, Mistral, OLMo (``model.layers``); GPT-2 (``transformer.h``); GPT-NeoX/Pythia

@@ -14,6 +14,8 @@ from typing import Iterator, Sequence
 
 import torch
 
+from ..llm.model import cache_keyword
+
 
 @dataclass
 class SamplingParams:
@@ -109,13 +111,6 @@ def decode(model, tokenizer, prompts: Sequence[Sequence[int]], params: Sequence[
             return
         step_input = nxt.view(-1, 1).to(device)
         mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=device)], dim=1)
-
-
-def cache_keyword(model) -> str:
-    """transformers 5 calls the KV cache ``cache``; 4.x called it ``past_key_values``."""
-    import inspect
-
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _advance(r: _Row, tok: int, tokenizer, stops: set[int]) -> Delta:

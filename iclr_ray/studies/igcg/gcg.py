@@ -29,13 +29,14 @@ and its key/value cache reused by every forward pass.
 from __future__ import annotations
 
 import copy
-import inspect
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
+
+from ...llm.model import cache_keyword
 
 MARK = "\x00SUFFIX\x00"
 """where the suffix goes in the rendered chat prompt (split out before tokenisation)"""
@@ -152,8 +153,7 @@ class Objective:
 
     def __init__(self, model, lay: Layout, chunk: int = 64):
         self.model, self.chunk, self.target = model, chunk, torch.tensor(lay.target)
-        # transformers renamed forward's ``past_key_values`` to ``cache`` within 5.x
-        self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self._cache_kw = cache_keyword(model)
         self.embed = model.get_input_embeddings()
         self.W = self.embed.weight
         dev = self.W.device
@@ -167,7 +167,7 @@ class Objective:
                 raise ValueError(f"{type(self.embed).__name__} is not a (scaled) lookup of its weight")
             if lay.before:
                 out = model(input_ids=torch.tensor([lay.before], device=dev), use_cache=True)
-                self.prefix = out["cache"] if "cache" in out else out["past_key_values"]
+                self.prefix = out[self._cache_kw]
             else:
                 self.prefix = None
 

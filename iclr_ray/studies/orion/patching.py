@@ -15,11 +15,11 @@ pass (the tests hold the two together), a sequence-length times cheaper. No Ray,
 from __future__ import annotations
 
 import copy
-import inspect
 from dataclasses import dataclass
 
 import torch
 
+from ...llm.model import cache_keyword
 from ...llm.model import decoder_blocks as blocks
 
 
@@ -68,12 +68,6 @@ def _forward(model, ids, mask, positions, **kw):
     return model(input_ids=ids, attention_mask=mask, position_ids=positions, **kw)
 
 
-def _cache_arg(model) -> str:
-    """The keyword a model's forward takes its key/value cache by (transformers renamed
-    ``past_key_values`` to ``cache`` during 5.x)."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
 @torch.no_grad()
 def clean(model, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
     """(last-token logits [B, V], last-token residual after every block [B, n_blocks, d])."""
@@ -107,7 +101,7 @@ class Patcher:
     @torch.no_grad()
     def __init__(self, model, enc: Encoded):
         enc = enc.to(model.device)
-        self.model, self.enc, self.cache_arg = model, enc, _cache_arg(model)
+        self.model, self.enc, self.cache_arg = model, enc, cache_keyword(model)
         out = _forward(model, enc.ids[:, :-1], enc.mask[:, :-1], enc.positions[:, :-1], use_cache=True,
                        logits_to_keep=1)
         self.cache = getattr(out, self.cache_arg)
