@@ -27,11 +27,17 @@ def reviews_path() -> Path:
     return path
 
 
+def review_table(columns: list[str]):
+    """The reviews' table with ``columns`` (among "Clothing ID", "Title", "Review Text", "Rating",
+    "Division Name", "Department Name", "Class Name", ...), as a pandas DataFrame in file order."""
+    import pandas as pd
+
+    return pd.read_parquet(reviews_path(), columns=columns)
+
+
 def reviews(max_docs: int | None = None, min_words: int = 1) -> list[str]:
     """The review texts (their "Review Text" column) in file order, those with at least
     ``min_words`` words, at most ``max_docs`` of them."""
-    import pandas as pd
-
-    texts = pd.read_parquet(reviews_path(), columns=["Review Text"])["Review Text"].dropna().astype(str)
+    texts = review_table(["Review Text"])["Review Text"].dropna().astype(str)
     out = [t.strip() for t in texts if len(t.split()) >= min_words]
     return out[:max_docs] if max_docs is not None else out

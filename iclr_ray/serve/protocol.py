@@ -116,6 +116,9 @@ class EmbeddingRequest(BaseModel):
     model: str
     input: Union[str, list[str]]
     encoding_format: Literal["float"] = "float"
+    representation: Optional[Literal["hs", "rw", "moee"]] = None
+    """a mixture-of-experts LM's embedding (the moee study): its last hidden state (hs), its routing
+    weights (rw), or MoEE (sum) as one vector (moee, the default); not for an encoder model"""
 
     @field_validator("input")
     @classmethod

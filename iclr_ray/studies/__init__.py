@@ -72,6 +72,12 @@ REGISTRY: dict[str, Entry] = {e.id: e for e in (
           ("tasks: one optimisation per (target, method, seed), in parallel; easy-to-hard runs wait in Ray for "
            "the easy target's result", "Tune: iclr-ray sweep igcg over the optimiser (K, top-k, batch, ...)"),
           extra="llm", needs=("torch", "transformers")),
+    Entry("moee", "MoE routing weights as embeddings: HS, RW and MoEE (concat, sum) on five task types",
+          "Li, Zhou. Your Mixture-of-Experts LLM Is Secretly an Embedding Model For Free. ICLR 2025",
+          ("Ray Train + DeepSpeed: the small MoE LMs pre-trained on the review corpus, one Tune trial per seed",
+           "tasks: one encoding and one scoring per model x task", "Tune: the alpha sweep, one trial per alpha",
+           "Serve: iclr-ray serve embed --model <MoE checkpoint> returns HS, RW or MoEE over /v1/embeddings"),
+          extra="llm", needs=("torch", "transformers", "deepspeed", "sklearn")),
     Entry("knowledge_entropy",
           "Knowledge entropy decay over pretraining, new-knowledge acquisition and retention, resuscitation",
           "Kim, Lee, Cho, Jang, Hwang, Won, Ahn, Lee, Seo. Knowledge Entropy Decay during Language Model "

@@ -140,6 +140,8 @@ def test_concurrent_requests_are_batched_without_changing_answers(served):
      "messages.0.role"),
     ("/embed/v1/embeddings", {"model": "all-MiniLM-L6-v2", "input": []}, 400, "input"),
     ("/embed/v1/embeddings", {"model": "all-MiniLM-L6-v2", "input": "word " * 600}, 400, "input"),
+    ("/embed/v1/embeddings", {"model": "all-MiniLM-L6-v2", "input": "x", "representation": "rw"}, 400,
+     "representation"),
 ])
 def test_bad_requests_get_openai_style_4xx_and_the_server_keeps_serving(served, path, body, status, param):
     kw = {"content": body, "headers": {"content-type": "application/json"}} if isinstance(body, bytes) \

