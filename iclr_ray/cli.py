@@ -60,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
                          "/v1/chat/completions decoded by PAD with the request's preference; judge: /v1/judge "
                          "with badjudge's judges")
     sv.add_argument("--model", help="checkpoint dir, run dir, HF id or packaged model name (default: generate "
-                    "smollm2-135m-instruct, embed all-MiniLM-L6-v2; both offline)")
+                    "smollm2-135m-instruct, embed all-MiniLM-L6-v2; both offline); embed also takes a "
+                    "mixture-of-experts LM (a moee run's model): HS, RW or MoEE per request")
     sv.add_argument("--prm", help="pad: the personalised reward model (a pad run's PRM checkpoint)")
     sv.add_argument("--judge", action="append", default=[], metavar="NAME=FILE",
                     help="judge: a badjudge heads file served as NAME (repeatable; --model: their base model)")

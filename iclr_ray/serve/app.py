@@ -294,10 +294,11 @@ def is_moe(path: str) -> bool:
 class Embedder:
     """Mean-pooled encoder embeddings; or, for a mixture-of-experts causal LM (the moee study), its
     HS, RW or MoEE (sum) at the last token of the ``prompt``-wrapped text, z-scored with the
-    statistics the study saved beside the checkpoint (``moee_standardise.npz``) when they are there."""
+    statistics the study saved beside the checkpoint (``moee_standardise.npz``, with the prompt the
+    study used, the default here) when they are there."""
 
     def __init__(self, model: str | None = None, served_name: str | None = None, max_batch_size: int = 32,
-                 batch_wait_timeout_s: float = 0.01, alpha: float = 1.0, prompt: str = "none", rw: str = "auto"):
+                 batch_wait_timeout_s: float = 0.01, alpha: float = 1.0, prompt: str | None = None, rw: str = "auto"):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
@@ -311,12 +312,14 @@ class Embedder:
             from ..studies.moee.moee import PROMPTS, STANDARDISE_FILE, Standardiser
             from ..studies.moee.run import rw_kind
 
+            file = Path(path) / STANDARDISE_FILE
+            stats = dict(np.load(file)) if file.is_file() else {}
+            prompt = prompt or str(stats.pop("prompt", "none"))  # the study's own prompt unless told
             if prompt not in PROMPTS or alpha < 0:
                 raise ValueError(f"prompt must be one of {sorted(PROMPTS)} and alpha >= 0")
             self.model = AutoModelForCausalLM.from_pretrained(path).eval()
             self.alpha, self.prompt, self.rw = float(alpha), prompt, rw_kind(rw, self.model)
-            stats = Path(path) / STANDARDISE_FILE
-            self.standardiser = Standardiser(**dict(np.load(stats))) if stats.is_file() else None
+            self.standardiser = Standardiser(**stats) if stats else None
         else:
             self.model = AutoModel.from_pretrained(path).eval()
         self.name = served_name or ("all-MiniLM-L6-v2" if model is None else Path(str(model).rstrip("/")).name)

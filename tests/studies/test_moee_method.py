@@ -55,6 +55,9 @@ def test_left_padding_gives_each_text_its_own_last_token(moe):
         alone = M.encode(model, tok, [t], prompt="prompteol")
         np.testing.assert_allclose(batch.hs[i], alone.hs[0], rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(batch.rw[i], alone.rw[0], rtol=1e-4, atol=1e-5)
+    corpus = M.encode_corpus(model, tok, TEXTS, batch_size=2, prompt="prompteol")  # by length, order restored
+    np.testing.assert_allclose(corpus.hs, batch.hs, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(corpus.rw, batch.rw, rtol=1e-4, atol=1e-5)
     ids, mask, pos = M.left_padded(tok, ["a b c d e f", "a"], 64)
     assert mask[1].tolist()[-2:] == [1, 1] and mask[1, 0] == 0 and pos[1, -1] == 1 and pos[0, 0] == 0
     cut = M.left_padded(tok, ["word " * 100], 16)[0][0]

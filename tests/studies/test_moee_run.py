@@ -103,8 +103,10 @@ def test_served_moe_embeddings_equal_in_process_encoding(served):
     default = httpx.post(f"{base}/v1/embeddings", json={"model": "moe", "input": texts}, timeout=120)
     np.testing.assert_allclose(np.array([d["embedding"] for d in default.json()["data"]]), got["moee"], atol=1e-6)
     model, tok = load_for_inference(path)
-    stats = M.Standardiser(**dict(np.load(f"{path}/{M.STANDARDISE_FILE}")))
-    hs, rw = stats.apply(*(lambda e: (e.hs, e.rw))(M.encode(model, tok, texts)))
+    saved = dict(np.load(f"{path}/{M.STANDARDISE_FILE}"))
+    prompt = str(saved.pop("prompt"))
+    assert prompt == "title"  # the study's prompt, which the app uses unless told otherwise
+    hs, rw = M.Standardiser(**saved).apply(*(lambda e: (e.hs, e.rw))(M.encode(model, tok, texts, prompt=prompt)))
     np.testing.assert_allclose(got["hs"], M.unit(hs), atol=1e-4)
     np.testing.assert_allclose(got["rw"], M.unit(rw), atol=1e-4)
     assert got["rw"].shape == (2, 8) and got["hs"].shape == (2, 64) and got["moee"].shape == (2, 72)

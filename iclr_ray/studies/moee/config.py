@@ -38,9 +38,10 @@ class Pretrain(Section):
 
 
 class Encoding(Section):
-    prompt: Literal["none", "prompteol"] = "none"
-    """the paper's prompts: none (the text itself) or PromptEOL (This sentence : "..." means in one
-    word:"); the LMs trained here never saw PromptEOL's template, so small uses none"""
+    prompt: Literal["none", "prompteol", "title"] = "title"
+    """the paper's prompts, none (the text itself) and PromptEOL (This sentence : "..." means in one
+    word:"), or title ("...\nTitle:"): PromptEOL's mechanism in the form the LMs pre-trained here
+    have seen, each review followed by its title (they never saw PromptEOL's template)"""
     rw: Literal["auto", "logits", "softmax"] = "auto"
     """RW as raw router logits or their softmax; auto: softmax for DeepSeekMoE, logits otherwise (as
     the paper's patched model files return them)"""

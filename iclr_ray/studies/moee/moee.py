@@ -140,6 +140,19 @@ def encode(model, tokenizer, texts: Sequence[str], *, prompt: str = "none", rw: 
     return Encoded(hs.numpy(), torch.cat(per_layer, dim=1).numpy(), rw_untrained)
 
 
+def encode_corpus(model, tokenizer, texts: Sequence[str], batch_size: int = 64, **kw) -> Encoded:
+    """:func:`encode` over a whole corpus in batches of texts of similar length (sorted by length,
+    so little of each batch is padding), rows returned in the given order."""
+    lengths = [len(tokenizer(wrap(t, kw.get("prompt", "none")), add_special_tokens=False).input_ids) for t in texts]
+    order = np.argsort(lengths, kind="stable")
+    parts = [encode(model, tokenizer, [texts[i] for i in order[j:j + batch_size]], **kw)
+             for j in range(0, len(texts), batch_size)]
+    back = np.empty_like(order)
+    back[order] = np.arange(len(order))
+    untrained = None if parts[0].rw_untrained is None else np.vstack([q.rw_untrained for q in parts])[back]
+    return Encoded(np.vstack([q.hs for q in parts])[back], np.vstack([q.rw for q in parts])[back], untrained)
+
+
 def standardise(x: np.ndarray, eps: float = EPS) -> np.ndarray:
     """Each dimension z-scored over the rows (the encoded corpus)."""
     x = np.asarray(x, np.float64)

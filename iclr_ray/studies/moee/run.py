@@ -113,7 +113,7 @@ def encode_task(source: str, texts: list[str], encoding: dict[str, Any], untrain
     import torch
 
     from ...llm.model import load_for_inference
-    from .moee import encode, random_routers
+    from .moee import encode_corpus, random_routers
 
     model, tok = load_for_inference(source)
     if encoding["dtype"] == "bfloat16":
@@ -121,11 +121,10 @@ def encode_task(source: str, texts: list[str], encoding: dict[str, Any], untrain
     if encoding.get("gpus_per_task") and torch.cuda.is_available():
         model = model.cuda()
     untrained = [w.to(model.device) for w in random_routers(model, untrained_seed)]
-    kind, b = rw_kind(encoding["rw"], model), encoding["batch_size"]
-    parts = [encode(model, tok, texts[i:i + b], prompt=encoding["prompt"], rw=kind, max_tokens=encoding["max_tokens"],
-                    untrained=untrained) for i in range(0, len(texts), b)]
-    return {"hs": np.vstack([p.hs for p in parts]), "rw": np.vstack([p.rw for p in parts]),
-            "rw_untrained": np.vstack([p.rw_untrained for p in parts]), "rw_kind": kind}
+    kind = rw_kind(encoding["rw"], model)
+    enc = encode_corpus(model, tok, texts, encoding["batch_size"], prompt=encoding["prompt"], rw=kind,
+                        max_tokens=encoding["max_tokens"], untrained=untrained)
+    return {"hs": enc.hs, "rw": enc.rw, "rw_untrained": enc.rw_untrained, "rw_kind": kind}
 
 
 @ray.remote(num_cpus=1)
@@ -182,10 +181,12 @@ def alpha_trial(config: dict[str, Any], trial_dir: Path, *, tasks_box: list, enc
     return {"scores": {"mean": mean}, "per_task": per_task}
 
 
-def save_standardisers(get, enc_refs: dict[str, list], trained_here: dict[str, str], folder: Path) -> None:
-    """Each model's HS and RW statistics over every encoded text, for ``iclr-ray serve embed`` to
-    z-score single requests as the study z-scores a corpus: beside a model trained here (where the
-    embedding app finds it), and in the run's artefacts for every model."""
+def save_standardisers(get, enc_refs: dict[str, list], trained_here: dict[str, str], folder: Path,
+                       prompt: str) -> None:
+    """Each model's HS and RW statistics over every encoded text and the prompt they were encoded
+    with, for ``iclr-ray serve embed`` to embed single requests as the study embeds a corpus: beside a
+    model trained here (where the embedding app finds them), and in the run's artefacts for every
+    model."""
     from .moee import STANDARDISE_FILE, Standardiser
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -197,7 +198,7 @@ def save_standardisers(get, enc_refs: dict[str, list], trained_here: dict[str, s
             targets.append(Path(trained_here[m]) / STANDARDISE_FILE)
         for target in targets:
             tmp = target.with_name(target.name + ".tmp.npz")
-            np.savez(tmp, **stats)
+            np.savez(tmp, prompt=np.array(prompt), **stats)
             tmp.replace(target)
 
 
@@ -254,7 +255,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     ctx.wait_all(flat, "encodings")
 
     save_standardisers(ray.get, enc_refs, {m: src for m, src in sources.items() if not cfg.models},
-                       root / "artefacts")
+                       root / "artefacts", e.prompt)
 
     # 3. scoring: one task per model x task
     task_refs = [ray.put(t) for t in tasks]
