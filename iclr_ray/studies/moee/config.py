@@ -21,7 +21,7 @@ class Pretrain(Section):
     model: str = "mini-olmoe"
     """a named tiny mixture of experts (llm.model.TINY_MODELS: tiny-olmoe, mini-olmoe)"""
     seeds: int = Field(3, ge=1)
-    steps: int = Field(1200, ge=1)
+    steps: int = Field(2000, ge=1)
     batch: int = Field(16, ge=1)
     """packed rows per optimiser step (over all workers)"""
     seq_len: int = Field(128, ge=16)

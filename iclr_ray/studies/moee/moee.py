@@ -86,6 +86,14 @@ def random_routers(model, seed: int) -> list:
     return [torch.randn(r.weight.shape, generator=g) * std for r in router_modules(model)]
 
 
+def rw_kind(setting: str, model) -> str:
+    """RW's form for one model under ``setting``: auto is the softmax for DeepSeekMoE (as the
+    paper's DeepSeek file returns its scores), raw router logits otherwise (its OLMoE file)."""
+    if setting != "auto":
+        return setting
+    return "softmax" if "deepseek" in str(getattr(model.config, "model_type", "")).lower() else "logits"
+
+
 def left_padded(tokenizer, texts: Sequence[str], max_tokens: int):
     """input_ids, attention_mask and position_ids of ``texts``, left padded: each text's last token
     in the last column, positions counted from its first real token. A text over ``max_tokens``

@@ -100,20 +100,13 @@ def pretrain_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, rows
 # ----------------------------------------------------------------------------- encoding, scoring
 
 
-def rw_kind(setting: str, model) -> str:
-    """``encoding.rw`` for one model: auto is softmax for DeepSeekMoE, raw logits otherwise."""
-    if setting != "auto":
-        return setting
-    return "softmax" if "deepseek" in str(getattr(model.config, "model_type", "")).lower() else "logits"
-
-
 @ray.remote(num_cpus=1)
 def encode_task(source: str, texts: list[str], encoding: dict[str, Any], untrained_seed: int) -> dict[str, np.ndarray]:
     """HS, RW and the untrained routers' RW of every text of one task, under one model."""
     import torch
 
     from ...llm.model import load_for_inference
-    from .moee import encode_corpus, random_routers
+    from .moee import encode_corpus, random_routers, rw_kind
 
     model, tok = load_for_inference(source)
     if encoding["dtype"] == "bfloat16":
