@@ -22,6 +22,8 @@ def plot_scores(metrics: dict[str, Any]):
         ax.bar(np.arange(len(names)) + (j - (len(views) - 1) / 2) * width, [table[n].get(v, np.nan) for n in names],
                width, label=VIEW_NAMES.get(v, "all-MiniLM-L6-v2"))
     ax.set_xticks(np.arange(len(names)), names, rotation=15, fontsize=8)
+    top = np.nanmax([table[n].get(v, np.nan) for n in names for v in views])
+    ax.set_ylim(min(0.0, np.nanmin([table[n].get(v, np.nan) for n in names for v in views])), 1.3 * top)
     ax.set_ylabel("score x 100")
     ax.set_title(f"HS, RW and MoEE per task (alpha {metrics['alpha']:g}, mean of {len(metrics['models'])} models)")
     ax.legend(fontsize=7, ncol=3)
