@@ -118,6 +118,12 @@ def cache_keyword(model) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
+def num_experts(config) -> int:
+    """Experts per MoE layer of a model config (OLMoE, Qwen-MoE: ``num_experts``; Mixtral:
+    ``num_local_experts``); 0 for a dense model."""
+    return int(getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None) or 0)
+
+
 def decoder_blocks(model):
     """The decoder blocks (a ``torch.nn.ModuleList``) of a Hugging Face causal LM: Llama, Gemma,
     Qwen, Mistral, OLMo (``model.layers``); GPT-2 (``transformer.h``); GPT-NeoX/Pythia

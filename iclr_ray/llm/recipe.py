@@ -154,9 +154,10 @@ class Recipe(ABC):
 def router_aux_coef(model) -> float:
     """The weight of a mixture-of-experts model's load-balancing loss (OLMoE, Mixtral, Qwen-MoE
     configs: ``router_aux_loss_coef``); 0 for a dense model."""
+    from .model import num_experts
+
     config = getattr(model, "config", None)
-    has_experts = any(getattr(config, k, None) for k in ("num_experts", "num_local_experts"))
-    return float(getattr(config, "router_aux_loss_coef", 0.0) or 0.0) if has_experts else 0.0
+    return float(getattr(config, "router_aux_loss_coef", 0.0) or 0.0) if num_experts(config) else 0.0
 
 
 def build_causal_lm(cfg: TrainConfig, tokenizer):

@@ -285,8 +285,9 @@ def is_moe(path: str) -> bool:
     """Whether a checkpoint is a mixture-of-experts causal LM (its config names experts)."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(path)
-    return bool(getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None))
+    from ..llm.model import num_experts
+
+    return num_experts(AutoConfig.from_pretrained(path)) > 0
 
 
 @serve.deployment(max_ongoing_requests=64, health_check_period_s=5)

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ...claims import LEVEL, Claim, Estimate, exact
+from ...claims import LEVEL, Claim, Estimate, bootstrap, exact
 from ...markdown import fmt, table
 from .evaluate import task_score
 
@@ -119,8 +119,6 @@ def _anchor(metrics: dict[str, Any], resamples: int) -> Claim | None:
     model = next((m for m in metrics["models"] if model_key in m.lower()), None)
     if task is None or model is None:
         return None
-    from ...claims import bootstrap
-
     est = bootstrap((np.asarray(metrics["scores"][name][model]["hs"]), np.asarray(task["target"])),
                     lambda s, g: task_score("sts", s, g), resamples=resamples)
     return Claim.within("olmoe_sts12_hs", f"{model}'s HS on STS12 reproduces the paper's Spearman {value}", est,

@@ -59,10 +59,10 @@ def router_modules(model) -> list:
     """The router of every MoE layer, in layer order: the module (one per decoder block) whose
     ``weight`` maps the hidden size to the number of experts (OLMoE, Mixtral, Qwen-MoE ``gate``).
     ValueError for a model without experts."""
-    from ...llm.model import decoder_blocks
+    from ...llm.model import decoder_blocks, num_experts
 
     config = model.config
-    experts = getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None)
+    experts = num_experts(config)
     if not experts:
         raise ValueError(f"{type(model).__name__} is not a mixture of experts (no num_experts in its config)")
     out = []
@@ -214,9 +214,6 @@ class Views:
         if view == "sum":
             return sum_embedding(self.hs, self.rw, alpha)
         raise ValueError(f"unknown view {view!r}; views: {', '.join(VIEWS)}")
-
-    def take(self, idx) -> "Views":
-        return Views(self.hs[idx], self.rw[idx])
 
 
 STANDARDISE_FILE = "moee_standardise.npz"

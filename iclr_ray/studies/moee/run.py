@@ -175,8 +175,7 @@ def alpha_trial(config: dict[str, Any], trial_dir: Path, *, tasks_box: list, enc
     return {"scores": {"mean": mean}, "per_task": per_task}
 
 
-def save_standardisers(get, enc_refs: dict[str, list], trained_here: dict[str, str], folder: Path,
-                       prompt: str) -> None:
+def save_standardisers(encodings: dict[str, list], trained_here: dict[str, str], folder: Path, prompt: str) -> None:
     """Each model's HS and RW statistics over every encoded text and the prompt they were encoded
     with, for ``iclr-ray serve embed`` to embed single requests as the study embeds a corpus: beside a
     model trained here (where the embedding app finds them), and in the run's artefacts for every
@@ -184,8 +183,7 @@ def save_standardisers(get, enc_refs: dict[str, list], trained_here: dict[str, s
     from .moee import STANDARDISE_FILE, Standardiser
 
     folder.mkdir(parents=True, exist_ok=True)
-    for m, refs in enc_refs.items():
-        encs = get(refs)
+    for m, encs in encodings.items():
         stats = Standardiser.fit(np.vstack([e["hs"] for e in encs]), np.vstack([e["rw"] for e in encs])).arrays()
         targets = [folder / f"{m.replace('/', '_')}_{STANDARDISE_FILE}"]
         if m in trained_here:
@@ -247,9 +245,9 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     flat = [r for refs in enc_refs.values() for r in refs] + ref_refs
     ctx.say("encoding: %d models x %d tasks%s ...", len(sources), len(tasks), " + the reference" if ref_refs else "")
     ctx.wait_all(flat, "encodings")
-
-    save_standardisers(ray.get, enc_refs, {m: src for m, src in sources.items() if not cfg.models},
-                       root / "artefacts", e.prompt)
+    encodings = {m: ray.get(refs) for m, refs in enc_refs.items()}  # fetched once: statistics, dims, sweep
+    save_standardisers(encodings, {m: src for m, src in sources.items() if not cfg.models}, root / "artefacts",
+                       e.prompt)
 
     # 3. scoring: one task per model x task
     task_refs = [ray.put(t) for t in tasks]
@@ -259,13 +257,13 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     ctx.wait_all([r for refs in score_refs.values() for r in refs] + refscore_refs, "scores")
     scores = {t.name: {m: ray.get(score_refs[m][i]) for m in sources} for i, t in enumerate(tasks)}
     reference = {t.name: ray.get(r) for t, r in zip(tasks, refscore_refs)}
-    first = ray.get([enc_refs[m][0] for m in sources])
+    first = [encodings[m][0] for m in sources]
     dims = {"hs": int(first[0]["hs"].shape[1]), "rw": int(first[0]["rw"].shape[1]),
             "rw_kind": {m: f["rw_kind"] for m, f in zip(sources, first)}}
 
     # 4. the alpha sweep (Tune, one trial per alpha)
     ctx.say("alpha sweep: %s ...", cfg.eval.alphas)
-    enc_all = ray.put({m: ray.get(refs) for m, refs in enc_refs.items()})
+    enc_all = ray.put(encodings)
     trials = run_grid(alpha_trial, [{"label": f"alpha={a:g}", "alpha": a} for a in cfg.eval.alphas],
                       storage=root / "tune", name="alpha", max_concurrent_trials=cfg.max_concurrent_trials,
                       tasks_box=[ray.put(tasks)], enc_box=[enc_all])
