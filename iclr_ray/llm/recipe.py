@@ -45,7 +45,8 @@ class TrainConfig(Section):
     zero_stage: int = Field(2, ge=0, le=3)
     num_workers: int = Field(2, ge=1)
     eval_every: int = Field(0, ge=0)
-    """optimiser steps between held-out loss evaluations (and at the last step); 0: never"""
+    """optimiser steps between held-out evaluations (the eval sets' loss, the recipe's eval_metrics)
+    and at the last step; 0: never"""
     checkpoint_every: int = Field(0, ge=0)
     """optimiser steps between checkpoints; 0: only the final one"""
     keep_checkpoints: int = Field(2, ge=0)
@@ -140,6 +141,20 @@ class Recipe(ABC):
         """Named held-out sets as lists of CPU batches (their loss is reported every ``eval_every``)."""
         return {}
 
+    def eval_metrics(self, module) -> dict[str, float]:
+        """Rank 0, every ``eval_every`` steps and at the last: numbers computed from the model as it
+        is (``module`` in eval mode, no gradients; whole on rank 0 for ZeRO stages 0-2), added to
+        the step's report, such as a recommender's ranking metrics per epoch."""
+        return {}
+
+    def param_groups(self, model, cfg: TrainConfig) -> list[dict[str, Any]] | None:
+        """AdamW parameter groups with their own ``lr`` / ``weight_decay`` (every parameter in one);
+        None: one group at ``cfg.lr`` and ``cfg.weight_decay``."""
+        return None
+
+    def has_eval_metrics(self) -> bool:
+        return type(self).eval_metrics is not Recipe.eval_metrics
+
     def save(self, engine, path: Path, rank: int, zero_stage: int) -> None:
         """The model in its servable format under ``path`` (DeepSpeed's own state is saved beside it)."""
 
@@ -227,13 +242,20 @@ class ChatRecipe(Recipe):
         return len(self.rows[0].input_ids) if self.rows else 0
 
 
-def optimizer_and_schedule(model, cfg: TrainConfig):
+def optimizer_and_schedule(model, cfg: TrainConfig, groups: list[dict[str, Any]] | None = None):
     """AdamW over the model's trainable parameters and its learning-rate schedule (transformers'
-    schedulers: warm-up, then constant, linear to 0, or cosine to ``min_lr_ratio`` x lr)."""
+    schedulers: warm-up, then constant, linear to 0, or cosine to ``min_lr_ratio`` x lr).
+
+    ``groups``: AdamW parameter groups with their own ``lr`` / ``weight_decay`` (a recipe training
+    several models side by side, each at its own rate: :meth:`Recipe.param_groups`); the schedule
+    scales every group's rate alike."""
     import torch
     from transformers import get_scheduler
 
-    trainable = [p for p in model.parameters() if p.requires_grad]  # a recipe may freeze some
+    if groups:
+        trainable = [{**g, "params": [p for p in g["params"] if p.requires_grad]} for g in groups]
+    else:
+        trainable = [p for p in model.parameters() if p.requires_grad]  # a recipe may freeze some
     optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     name, extra = SCHEDULES[cfg.schedule], {}
     if cfg.schedule == "cosine" and cfg.min_lr_ratio > 0:
@@ -253,7 +275,7 @@ def reference_losses(recipe: Recipe, cfg: TrainConfig, steps: int | None = None)
     recipe.setup()
     model = recipe.build_model(cfg)
     model.train()
-    optimizer, scheduler = optimizer_and_schedule(model, cfg)
+    optimizer, scheduler = optimizer_and_schedule(model, cfg, recipe.param_groups(model, cfg))
     out = []
     for step in range(cfg.max_steps if steps is None else steps):
         batches = recipe.step_batches(step, cfg)

@@ -85,6 +85,7 @@ def train_worker(config: dict[str, Any]) -> None:
     recipe: Recipe = config["recipe"]
     recipe.setup()
     eval_sets = recipe.eval_batches(cfg) if cfg.eval_every else {}
+    scores_in_loop = bool(cfg.eval_every) and (bool(eval_sets) or recipe.has_eval_metrics())
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
@@ -95,7 +96,7 @@ def train_worker(config: dict[str, Any]) -> None:
     mc = getattr(model, "config", None)
     token_flops = flops_per_token(sum(p.numel() for p in model.parameters()), getattr(mc, "num_hidden_layers", 0),
                                   getattr(mc, "hidden_size", 0), recipe.seq_len())
-    optimizer, scheduler = optimizer_and_schedule(model, cfg)
+    optimizer, scheduler = optimizer_and_schedule(model, cfg, recipe.param_groups(model, cfg))
     _skip_shm_op_build()
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
                                            config=deepspeed_config(cfg, bf16), dist_init_required=False)
@@ -131,7 +132,7 @@ def train_worker(config: dict[str, Any]) -> None:
         window.add(loss_sum.item(), real_tokens, step_units, sum(_rows(b) for b, _ in batches),
                    time.perf_counter() - t0)
         last = step + 1 == cfg.max_steps
-        evaluate = bool(eval_sets) and (last or (step + 1) % cfg.eval_every == 0)
+        evaluate = scores_in_loop and (last or (step + 1) % cfg.eval_every == 0)
         save = last or bool(cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0)
         if not (last or evaluate or save or (step + 1) % cfg.log_every == 0):
             continue
@@ -152,8 +153,13 @@ def train_worker(config: dict[str, Any]) -> None:
             "resumed_from": start,
         }
         window = _Window()
-        if evaluate:
+        if evaluate and eval_sets:
             metrics.update(_eval_losses(engine, recipe, eval_sets, rank, world, device))
+        if evaluate and rank == 0:  # what rank 0 reports is what the run records
+            engine.eval()
+            with torch.no_grad():
+                metrics.update(recipe.eval_metrics(engine.module))
+            engine.train()
         if device.type == "cuda":
             metrics["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 2**30
             if peak:  # model FLOPs utilisation over all workers
