@@ -55,13 +55,14 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else embedded local Ray)")
 
     sv = sub.add_parser("serve", help="serve a model over OpenAI-compatible HTTP with Ray Serve")
-    sv.add_argument("app", choices=("generate", "embed", "pad", "judge"),
+    sv.add_argument("app", choices=("generate", "embed", "pad", "judge", "recommend"),
                     help="generate: /v1/completions, /v1/chat/completions; embed: /v1/embeddings; pad: "
                          "/v1/chat/completions decoded by PAD with the request's preference; judge: /v1/judge "
-                         "with badjudge's judges")
+                         "with badjudge's judges; recommend: /v1/recommend with an alpharec run's AlphaRec")
     sv.add_argument("--model", help="checkpoint dir, run dir, HF id or packaged model name (default: generate "
                     "smollm2-135m-instruct, embed all-MiniLM-L6-v2; both offline); embed also takes a "
-                    "mixture-of-experts LM (a moee run's model): HS, RW or MoEE per request")
+                    "mixture-of-experts LM (a moee run's model): HS, RW or MoEE per request; recommend: an alpharec "
+                    "run's bundle (artefacts/*/alpharec_bundle.pt)")
     sv.add_argument("--prm", help="pad: the personalised reward model (a pad run's PRM checkpoint)")
     sv.add_argument("--judge", action="append", default=[], metavar="NAME=FILE",
                     help="judge: a badjudge heads file served as NAME (repeatable; --model: their base model)")

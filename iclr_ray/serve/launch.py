@@ -16,7 +16,8 @@ from ..config import ConfigError, load_yaml_file
 log = logs.get(__name__)
 
 BUILDERS = {"generate": "iclr_ray.serve.app:generation_app", "embed": "iclr_ray.serve.app:embedding_app",
-            "pad": "iclr_ray.serve.app:pad_app", "judge": "iclr_ray.serve.app:judge_app"}
+            "pad": "iclr_ray.serve.app:pad_app", "judge": "iclr_ray.serve.app:judge_app",
+            "recommend": "iclr_ray.serve.app:recommend_app"}
 
 DEFAULT_GENERATION_MODEL = "smollm2-135m-instruct"
 """what ``serve generate`` serves without ``--model``: SmolLM2-135M-Instruct, a packaged model
@@ -71,6 +72,17 @@ def check_model(app: str, model: str | None, flag: str = "--model") -> None:
 
 def check_app_args(app: str, args: dict[str, Any]) -> None:
     """Every model an app loads, checked before Ray starts (one line, exit 2)."""
+    if app == "recommend":
+        if not args.get("model"):
+            raise ConfigError("serve recommend needs --model: an alpharec run's bundle "
+                              "(artefacts/*/alpharec_bundle.pt; report.md names them), or its folder")
+        from .app import resolve_bundle
+
+        try:
+            resolve_bundle(args["model"])
+        except ValueError as exc:
+            raise ConfigError(f"--model {exc}") from None
+        return
     check_model(app, args.get("model"))
     if app == "pad":
         if not args.get("prm"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class APIError(Exception):
@@ -127,6 +127,36 @@ class EmbeddingRequest(BaseModel):
         if not texts or any(not isinstance(t, str) or not t for t in texts):
             raise ValueError("input must be a non-empty string or a non-empty list of non-empty strings")
         return texts
+
+
+class RecommendRequest(BaseModel):
+    """Top-K items for a user of the training data (``user``: its original id) or for a history
+    (``history``: catalogue item ids, and titles: a catalogue title exactly as listed counts as that
+    item, any other text is embedded as a free-text title by the model's language model)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    user: Optional[int] = None
+    history: list[Union[int, str]] = Field(default_factory=list, max_length=10000)
+    k: int = Field(20, ge=1, le=1000)
+    exclude_history: bool = True
+    """leave the user's known items (training interactions, or the history) out of the ranking"""
+
+    @field_validator("history")
+    @classmethod
+    def _titles_non_empty(cls, v):
+        if any(isinstance(h, str) and not h.strip() for h in v):
+            raise ValueError("history titles must be non-empty strings")
+        return v
+
+    @model_validator(mode="after")
+    def _someone(self):
+        if self.user is None and not self.history:
+            raise ValueError("give a user id or a non-empty history")
+        if self.user is not None and self.history:
+            raise ValueError("give a user id or a history, not both")
+        return self
 
 
 def parse(model_cls: type[BaseModel], raw: bytes):

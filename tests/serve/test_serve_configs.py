@@ -16,7 +16,8 @@ from iclr_ray.serve import launch, protocol  # noqa: E402
 CONFIGS = Path(__file__).resolve().parents[2] / "clusters" / "serve"
 
 
-@pytest.mark.parametrize("name", ["generate.yaml", "embed.yaml", "llm_gpu.yaml", "pad.yaml", "judge.yaml"])
+@pytest.mark.parametrize("name", ["generate.yaml", "embed.yaml", "llm_gpu.yaml", "pad.yaml", "judge.yaml",
+                                  "recommend.yaml"])
 def test_serve_configs_validate_with_rays_schema(name):
     import yaml
 
