@@ -181,6 +181,24 @@ def run_tuner(trainable: Callable[[dict], None], param_space: Mapping[str, Any],
     return tuner.fit()
 
 
+def summarise(results, space, columns: list[str]) -> dict[str, Any]:
+    """A finished sweep (Tune's ``ResultGrid``) as its result.json summary: one row per trial (its
+    values of the space's params, the space's metric, the ``columns`` it reported, whether it
+    finished (reported the metric), its error's first line), the best row, the metric and mode;
+    ``results.ranking`` shows the rows with ``columns`` beside the metric."""
+    rows = []
+    for r in results:
+        m = dict(r.metrics or {})
+        rows.append({"params": {k: (r.config or {}).get(k) for k in space.params}, space.metric: m.get(space.metric),
+                     **{k: m.get(k) for k in columns}, "finished": m.get(space.metric) is not None,
+                     "error": None if r.error is None else str(r.error).splitlines()[0]})
+    ranked = sorted((r for r in rows if r[space.metric] is not None), key=lambda r: r[space.metric],
+                    reverse=space.mode == "max")
+    return {"trials": len(rows), "finished": sum(r["finished"] for r in rows), "rows": rows,
+            "best": ranked[0] if ranked else None, "metric": space.metric, "mode": space.mode,
+            "columns": list(columns)}
+
+
 def trial_storage_dir() -> Path:
     """Inside a trial: its directory in the sweep's storage, the one ``ResultGrid`` paths point at
     and a resumed sweep finds again. (``get_trial_dir()`` is a working copy in this Ray session's

@@ -459,9 +459,11 @@ def sweep(cfg: Config, space, ctx: RunContext, scheduler: str, resume: bool) -> 
     space's metric (``valid_recall`` or ``test_recall``)."""
     from ray import tune
 
-    from ...sweep.tuner import run_tuner
+    from ...sweep.tuner import run_tuner, summarise
     from .alpharec import Sampler
 
+    if space.metric not in ("valid_recall", "test_recall"):
+        raise ConfigError(f"an alpharec sweep ranks by valid_recall or test_recall, not {space.metric!r}")
     split = ctx.inputs.split
     emb = embed_titles(cfg, split.titles, ctx)[cfg.embedding.lms[0]]
     world = full_world(split)
@@ -471,17 +473,6 @@ def sweep(cfg: Config, space, ctx: RunContext, scheduler: str, resume: bool) -> 
     results = run_tuner(trainable, space.tune_param_space(), storage_path=ctx.run_dir.path / "tune", name="sweep",
                         max_concurrent_trials=space.max_concurrent_trials, num_samples=space.num_samples,
                         resume=resume)
-    rows = []
-    for r in results:
-        m = dict(r.metrics or {})
-        rows.append({"params": {k: (r.config or {}).get(k) for k in space.params}, space.metric: m.get(space.metric),
-                     "valid_recall": m.get("valid_recall"), "test_recall": m.get("test_recall"),
-                     "finished": m.get("test_recall") is not None,
-                     "error": None if r.error is None else str(r.error).splitlines()[0]})
-    ranked = sorted((r for r in rows if r[space.metric] is not None), key=lambda r: r[space.metric],
-                    reverse=space.mode == "max")
-    return {"trials": len(rows), "finished": sum(r["finished"] for r in rows), "rows": rows,
-            "best": ranked[0] if ranked else None, "metric": space.metric, "mode": space.mode,
-            "columns": ["valid_recall", "test_recall"]}
+    return summarise(results, space, [c for c in ("valid_recall", "test_recall") if c != space.metric])
 
 

@@ -274,7 +274,7 @@ def sweep(cfg: Config, space, ctx: RunContext, scheduler: str, resume: bool) -> 
     target and seed; ranked by the space's metric (``steps``, ``seconds`` or ``success_rate``)."""
     from ray import tune
 
-    from ...sweep.tuner import run_tuner
+    from ...sweep.tuner import run_tuner, summarise
 
     if space.metric not in SWEEP_SCORES:
         raise ConfigError(f"an igcg sweep ranks by one of {', '.join(SWEEP_SCORES)}, not {space.metric!r}")
@@ -285,14 +285,4 @@ def sweep(cfg: Config, space, ctx: RunContext, scheduler: str, resume: bool) -> 
     results = run_tuner(trainable, space.tune_param_space(), storage_path=ctx.run_dir.path / "tune", name="sweep",
                         max_concurrent_trials=space.max_concurrent_trials, num_samples=space.num_samples,
                         resume=resume)
-    rows = []
-    for r in results:
-        m = dict(r.metrics or {})
-        rows.append({"params": {k: (r.config or {}).get(k) for k in space.params}, space.metric: m.get(space.metric),
-                     **{k: m.get(k) for k in SWEEP_SCORES}, "finished": m.get(space.metric) is not None,
-                     "error": None if r.error is None else str(r.error).splitlines()[0]})
-    ranked = sorted((r for r in rows if r[space.metric] is not None), key=lambda r: r[space.metric],
-                    reverse=space.mode == "max")
-    return {"trials": len(rows), "finished": sum(r["finished"] for r in rows), "rows": rows,
-            "best": ranked[0] if ranked else None, "metric": space.metric, "mode": space.mode,
-            "columns": list(SWEEP_SCORES)}
+    return summarise(results, space, list(SWEEP_SCORES))
