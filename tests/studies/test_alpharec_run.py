@@ -59,6 +59,23 @@ def test_side_by_side_recipe_trains_without_ray_and_reports_per_model_metrics():
     assert {"valid_recall|a|1", "test_ndcg|lightgcn|0", "test_hr|a|0"} <= set(out)
 
 
+def test_zero_shot_world_never_trains_on_the_unseen_items():
+    from iclr_ray.studies.alpharec import data as D
+    from iclr_ray.studies.alpharec import run as R
+
+    rng = np.random.default_rng(0)
+    pairs = [(rng.integers(0, 8, 40), rng.integers(0, 12, 40)) for _ in range(3)]
+    split = D.Split(8, 12, *pairs, [f"t{i}" for i in range(12)], [()] * 12, list(range(12)), list(range(8)))
+    unseen = np.array([2, 5, 7])
+    w = R.zero_shot_world(split, unseen)
+    for part in (w.train, w.valid, w.test):
+        assert not set(part[1].tolist()) & {2, 5, 7}
+    assert sorted(w.candidates.tolist()) == [i for i in range(12) if i not in (2, 5, 7)]
+    everything = {(int(a), int(b)) for p in pairs for a, b in zip(*p)}
+    assert set(zip(*(x.tolist() for x in w.unseen_targets))) == {(a, b) for a, b in everything if b in (2, 5, 7)}
+    assert len(w.train[0]) == sum(b not in (2, 5, 7) for b in pairs[0][1].tolist())
+
+
 @pytest.fixture(scope="module")
 def smoke_run(ray_cluster, tmp_path_factory):
     out = tmp_path_factory.mktemp("alpharec") / "run"

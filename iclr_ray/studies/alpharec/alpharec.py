@@ -434,10 +434,10 @@ def mean_pooled(model, tokenizer, texts: list[str], batch_size: int = 64, max_to
         for k in range(0, len(texts), batch_size):
             enc = tokenizer(texts[k:k + batch_size], return_tensors="pt", padding=True, truncation=True,
                             max_length=max_tokens)
-            h = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                      output_hidden_states=True).hidden_states[-1].float()
-            m = enc["attention_mask"].unsqueeze(-1).float()
-            out.append(((h * m).sum(1) / m.sum(1).clamp(min=1)).numpy())
+            ids, mask = enc["input_ids"].to(model.device), enc["attention_mask"].to(model.device)
+            h = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states[-1].float()
+            m = mask.unsqueeze(-1).float()
+            out.append(((h * m).sum(1) / m.sum(1).clamp(min=1)).cpu().numpy())
     return np.vstack(out).astype(np.float32)
 
 

@@ -20,7 +20,6 @@ from .alpharec import BUNDLE
 from .config import Config, Model
 
 
-
 @dataclass
 class Inputs:
     split: D.Split
@@ -111,8 +110,8 @@ def embed_titles(cfg: Config, titles: list[str], ctx: RunContext) -> dict[str, n
     e = cfg.embedding
     opts = {"num_gpus": e.gpus_per_task} if e.gpus_per_task else {}
     todo = [lm for lm in e.lms if lm not in ctx.inputs.embeddings]
-    titles_ref = [titles[i:i + e.chunk] for i in range(0, len(titles), e.chunk)]
-    refs = {lm: [embed_chunk.options(**opts).remote(lm, c, e.batch_size, e.max_tokens) for c in titles_ref]
+    chunks = [titles[i:i + e.chunk] for i in range(0, len(titles), e.chunk)]
+    refs = {lm: [embed_chunk.options(**opts).remote(lm, c, e.batch_size, e.max_tokens) for c in chunks]
             for lm in todo}
     if todo:
         ctx.say("embedding %d titles with %s (%d tasks) ...", len(titles), ", ".join(todo),
@@ -217,7 +216,7 @@ class RecRecipe(Recipe):
         from . import alpharec as A
 
         models = []
-        for j, (m, r) in enumerate(self.copies()):
+        for m, r in self.copies():
             torch.manual_seed(cfg.seed * 1000 + r)  # replica r of every member starts from the same seed
             models.append(self.one_model(m))
         hp = A.Hyper(self.hp["tau"], self.hp["reg"], self.hp["cl_weight"], self.hp["cl_tau"])
