@@ -482,16 +482,17 @@ def load_bundle(path: str):
 
     from ..studies.alpharec.alpharec import Served
 
-    b = torch.load(path, map_location="cpu", weights_only=False)
+    b = torch.load(path, map_location="cpu", weights_only=True)
     served = Served(b["mlp"], b["item_lm"], b["n_users"], b["train_users"], b["train_items"], b["layers"], b["dim"],
                     b["hidden_ratio"], b["linear"])
     return served, b
 
 
-def title_embedder(lm: str):
-    """texts -> (n, d) tensor in the space the catalogue was embedded in (alpharec's embed_chunk):
-    all-MiniLM-L6-v2 or a causal LM's mean-pooled last hidden states; None for precomputed
-    embeddings (no LM to run)."""
+def title_embedder(lm: str, batch_size: int = 64, max_tokens: int = 48):
+    """texts -> (n, d) float32 array: how the alpharec study embeds item titles (its Ray tasks) and
+    the recommend app embeds free-text titles, so both land in one space: ``minilm``
+    (all-MiniLM-L6-v2, mean pooled, unit norm) or a causal LM (a packaged model's name, a
+    checkpoint folder or an HF id: its last hidden states mean-pooled over the title's tokens)."""
     import torch
 
     if lm == "minilm":
@@ -499,16 +500,15 @@ def title_embedder(lm: str):
 
         path = default_embedding_model()
         tok, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
-        return lambda texts: torch.tensor(embed_texts(model, tok, texts))
-    from ..llm.pretrained import PACKAGED
-
-    if lm not in PACKAGED and not Path(lm).expanduser().is_dir():
-        return None
+        return lambda texts: np.vstack([np.asarray(embed_texts(model, tok, texts[i:i + batch_size]), np.float32)
+                                        for i in range(0, len(texts), batch_size)])
     from ..llm.model import load_for_inference
     from ..studies.alpharec.alpharec import mean_pooled
 
     model, tok = load_for_inference(lm)
-    return lambda texts: torch.as_tensor(mean_pooled(model, tok, texts))
+    if torch.cuda.is_available():
+        model = model.cuda()
+    return lambda texts: mean_pooled(model, tok, texts, batch_size, max_tokens)
 
 
 @serve.deployment(max_ongoing_requests=64, health_check_period_s=5)
@@ -528,7 +528,7 @@ class Recommender:
         self.item_index = {m: k for k, m in enumerate(self.item_ids)}
         self.title_index = {t: k for k, t in enumerate(self.titles)}
         self.lm = b["lm"]
-        self.embed = title_embedder(self.lm)
+        self.embed = None if b.get("precomputed") else title_embedder(self.lm)
         self.name = served_name or Path(path).parent.name
 
     @recommend_api.get("/v1/models")
@@ -537,6 +537,8 @@ class Recommender:
 
     @recommend_api.post("/v1/recommend")
     async def recommend(self, request: Request):
+        import torch
+
         try:
             req = parse(RecommendRequest, await request.body())
             if req.model != self.name:
@@ -550,7 +552,7 @@ class Recommender:
             vector = self.served.users[u]
             exclude = self.served.train.items_of(u) if req.exclude_history else []
         else:
-            free = await asyncio.to_thread(self.embed, texts) if texts else None
+            free = torch.as_tensor(await asyncio.to_thread(self.embed, texts)) if texts else None
             vector = self.served.new_user(items, free)
             exclude = sorted(set(items)) if req.exclude_history else []
         top, scores = self.served.top_k(vector, req.k, exclude)

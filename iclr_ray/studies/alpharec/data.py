@@ -250,7 +250,7 @@ def temporal_split(r: Ratings, min_rating: float, min_user: int, shares: tuple[f
     first = np.unique(np.stack([u, i]), axis=1, return_index=True)[1]
     first.sort()
     u, i, t = u[first], i[first], t[first]
-    items = sorted(set(r.titles) | set(i.tolist()))
+    items = sorted({int(m) for m in r.titles} | set(i.tolist()))
     item_index = {m: k for k, m in enumerate(items)}
     users = [x for x, c in zip(*np.unique(u, return_counts=True)) if c >= min_user][:max_users]
     user_index = {x: k for k, x in enumerate(users)}

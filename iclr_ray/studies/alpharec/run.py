@@ -83,27 +83,14 @@ def prepare(cfg: Config) -> Inputs:
 
 @ray.remote(num_cpus=1)
 def embed_chunk(lm: str, titles: list[str], batch_size: int, max_tokens: int) -> np.ndarray:
-    """One chunk of titles through one language model: all-MiniLM-L6-v2 (mean pooled, unit norm, as
-    the embedding endpoint) or a causal LM's mean-pooled last hidden states."""
+    """One chunk of titles through one language model, as the recommend app embeds free text
+    (``serve.app.title_embedder``: all-MiniLM-L6-v2, or a causal LM's mean-pooled hidden states)."""
     import torch
 
+    from ...serve.app import title_embedder
+
     torch.set_num_threads(1)
-    if lm == "minilm":
-        from transformers import AutoModel, AutoTokenizer
-
-        from ...serve.app import default_embedding_model, embed_texts
-
-        path = default_embedding_model()
-        tok, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
-        return np.vstack([np.asarray(embed_texts(model, tok, titles[i:i + batch_size]), np.float32)
-                          for i in range(0, len(titles), batch_size)])
-    from ...llm.model import load_for_inference
-    from .alpharec import mean_pooled
-
-    model, tok = load_for_inference(lm)
-    if torch.cuda.is_available():
-        model = model.cuda()
-    return mean_pooled(model, tok, titles, batch_size, max_tokens)
+    return title_embedder(lm, batch_size, max_tokens)(titles)
 
 
 def embed_titles(cfg: Config, titles: list[str], ctx: RunContext) -> dict[str, np.ndarray]:
@@ -359,7 +346,7 @@ def selected(curve: dict[str, list[list[float]]], converge_share: float) -> dict
 
 
 def write_bundle(path: Path, checkpoint: str, index: int, split: D.Split, emb: np.ndarray, lm: str,
-                 hp: dict[str, Any], kind: str) -> None:
+                 hp: dict[str, Any], kind: str, precomputed: bool) -> None:
     """Model ``index`` of a trial's side-by-side module (a trained AlphaRec's first replica) with what
     serving it needs (the catalogue, its embeddings, the training graph, the LM that embeds
     free-text titles), written atomically."""
@@ -368,10 +355,12 @@ def write_bundle(path: Path, checkpoint: str, index: int, split: D.Split, emb: n
     state = torch.load(Path(checkpoint) / "models.pt", map_location="cpu", weights_only=True)
     prefix = f"models.{index}.mlp."
     mlp = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-    bundle = {"mlp": mlp, "item_lm": torch.as_tensor(emb), "titles": split.titles, "item_ids": split.item_ids,
-              "user_ids": split.user_ids, "n_users": split.n_users, "train_users": torch.as_tensor(split.train[0]),
-              "train_items": torch.as_tensor(split.train[1]), "lm": lm, "linear": kind == "linear",
-              "layers": hp["layers"], "dim": hp["dim"], "hidden_ratio": hp["hidden_ratio"]}
+    bundle = {"mlp": mlp, "item_lm": torch.as_tensor(emb), "titles": [str(t) for t in split.titles],
+              "item_ids": [int(i) for i in split.item_ids], "user_ids": [int(u) for u in split.user_ids],
+              "n_users": int(split.n_users), "train_users": torch.as_tensor(split.train[0]),
+              "train_items": torch.as_tensor(split.train[1]), "lm": lm, "precomputed": precomputed,
+              "linear": kind == "linear", "layers": int(hp["layers"]), "dim": int(hp["dim"]),
+              "hidden_ratio": float(hp["hidden_ratio"])}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     torch.save(bundle, tmp)
@@ -420,7 +409,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
                 name = m["label"].replace("[", "_").replace("]", "").replace("/", "_")
                 path = root / "artefacts" / name / BUNDLE
                 write_bundle(path, t.final["checkpoint"], t.final["index"][m["label"]], split, emb[m["embedding"]],
-                             m["embedding"], hp, m["kind"])
+                             m["embedding"], hp, m["kind"], m["embedding"] in cfg.embedding.embeddings)
                 bundles[m["label"]] = str(path)
     models = {m["label"]: models[m["label"]] for s in specs for m in s["members"]}  # the grid's order
     zs = {}
