@@ -67,7 +67,8 @@ class AlphaRec(nn.Module):
         d = item_lm.shape[1]
         self.register_buffer("item_lm", item_lm.float(), persistent=False)
         self.register_buffer("user_lm", user_lm.float(), persistent=False)
-        self.adj, self.layers, self.n_users = adj, layers, user_lm.shape[0]
+        self.register_buffer("adj", adj, persistent=False)  # a buffer: it moves with the model to a GPU
+        self.layers, self.n_users = layers, user_lm.shape[0]
         if linear:
             self.mlp = nn.Sequential(nn.Linear(d, dim, bias=False))
         else:
@@ -96,7 +97,8 @@ class LightGCN(MF):
     def __init__(self, n_users: int, n_items: int, adj: torch.Tensor, layers: int = 2, dim: int = 64,
                  init_std: float = 0.1):
         super().__init__(n_users, n_items, dim, init_std)
-        self.adj, self.layers = adj, layers
+        self.register_buffer("adj", adj, persistent=False)
+        self.layers = layers
 
     def forward(self) -> tuple[torch.Tensor, torch.Tensor]:
         out = propagate(self.adj, self.emb, self.layers)
@@ -110,13 +112,14 @@ class XSimGCL(MF):
     def __init__(self, n_users: int, n_items: int, adj: torch.Tensor, layers: int = 2, dim: int = 64,
                  eps: float = 0.2, cl_layer: int = 1, init_std: float = 0.1):
         super().__init__(n_users, n_items, dim, init_std)
-        self.adj, self.layers, self.eps, self.cl_layer = adj, layers, eps, cl_layer
+        self.register_buffer("adj", adj, persistent=False)
+        self.layers, self.eps, self.cl_layer = layers, eps, cl_layer
 
     def views(self, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         e, out, view = self.emb, [], None
         for layer in range(1, self.layers + 1):
             e = self.adj @ e
-            noise = torch.rand(e.shape, generator=generator, dtype=e.dtype)
+            noise = torch.rand(e.shape, generator=generator, dtype=e.dtype).to(e.device)
             e = e + torch.sign(e) * F.normalize(noise, dim=-1) * self.eps
             out.append(e)
             if layer == self.cl_layer:
@@ -250,7 +253,10 @@ def rank_metrics(scores: torch.Tensor, targets: torch.Tensor, exclude: torch.Ten
     Recall = hits / |targets|; NDCG = sum_r hit_r / log2(r + 2) over the ranks r < k, divided by
     the ideal for min(|targets|, k) hits; HR = 1 when any target is in the top k."""
     scores = scores.float().clone()
+    targets = targets.to(scores.device)
+    exclude = exclude.to(scores.device) if exclude is not None else None
     if candidates is not None:
+        candidates = candidates.to(scores.device)
         scores, targets = scores[:, candidates], targets[:, candidates]
         exclude = exclude[:, candidates] if exclude is not None else None
     if exclude is not None:
@@ -261,10 +267,10 @@ def rank_metrics(scores: torch.Tensor, targets: torch.Tensor, exclude: torch.Ten
     k = min(k, scores.shape[1])
     top = scores.topk(k, dim=1).indices
     hits = targets.gather(1, top).float()
-    disc = 1.0 / torch.log2(torch.arange(k, dtype=torch.float32) + 2.0)
+    disc = 1.0 / torch.log2(torch.arange(k, dtype=torch.float32, device=scores.device) + 2.0)
     idcg = torch.cumsum(disc, 0)[(n_t.clamp(max=k) - 1).long()]
-    return Ranking(rows.numpy(), (hits.sum(1) / n_t).numpy(), ((hits * disc).sum(1) / idcg).numpy(),
-                   (hits.sum(1) > 0).float().numpy())
+    return Ranking(rows.cpu().numpy(), (hits.sum(1) / n_t).cpu().numpy(), ((hits * disc).sum(1) / idcg).cpu().numpy(),
+                   (hits.sum(1) > 0).float().cpu().numpy())
 
 
 class Interactions:
