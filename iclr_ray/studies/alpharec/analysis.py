@@ -63,7 +63,8 @@ def claims(metrics: dict[str, Any], cfg=None) -> list[Claim]:
             "converges_faster", f"AlphaRec converges in far fewer epochs: the best ID baseline's ({base}) epochs to "
                                 f"{metrics['converge_share']:.0%} of its best validation Recall@{k}, over AlphaRec's",
             ratio(sel(metrics, base, "converge_epoch"), sel(metrics, main, "converge_epoch"), n), 2.0,
-            note="paper Fig. 3 (convergence); 'far fewer' read as at least half"))
+            note="the paper's convergence figure (the official repo's assets/convergence.png); 'far fewer' read as "
+                 "at least half"))
     lin = f"linear[{first}]"
     if lin in models:
         out.append(Claim.at_least(

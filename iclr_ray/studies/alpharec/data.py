@@ -70,7 +70,7 @@ def read_packaged() -> Ratings:
     items = pd.read_parquet(movielens_path("items"))
     titles = dict(zip(items["movie_id"].astype(int), items["movie_title"].astype(str)))
     flags = items[list(GENRES)].to_numpy()
-    genres = {int(m): tuple(g for g, f in zip(GENRES, row) if f) for m, row in zip(items["movie_id"], flags)}
+    genres = {int(m): tuple(g for g, flag in zip(GENRES, row) if flag) for m, row in zip(items["movie_id"], flags)}
     return Ratings(r["user_id"].to_numpy(np.int64), r["movie_id"].to_numpy(np.int64), r["rating"].to_numpy(np.float64),
                    r["timestamp"].to_numpy(np.int64), titles, genres)
 
@@ -130,7 +130,7 @@ def read_grouplens_100k(folder: Path) -> Ratings:
                 raise DataError(f"{path}:{n}: expected {5 + len(GENRES)} '|'-separated fields, found {len(row)}")
             m = _int(row[0], path, n, "item id")
             titles[m] = row[1]
-            genres[m] = tuple(g for g, f in zip(GENRES, row[5:5 + len(GENRES)]) if f.strip() == "1")
+            genres[m] = tuple(g for g, flag in zip(GENRES, row[5:5 + len(GENRES)]) if flag.strip() == "1")
     return Ratings(user, item, rating, time, titles, genres)
 
 
