@@ -22,7 +22,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-ID_MODELS = ("mf", "lightgcn", "xsimgcl")
+INFO_NCE_KINDS = ("alpharec", "linear")
+"""the model kinds built on language representations and trained with InfoNCE (the rest: BPR)"""
 BUNDLE = "alpharec_bundle.pt"
 """what ``iclr-ray serve recommend`` loads: one trained AlphaRec with its catalogue and graph"""
 
@@ -282,17 +283,16 @@ class Interactions:
         pairs = np.unique(np.stack([np.asarray(users, np.int64), np.asarray(items, np.int64)]), axis=1)
         self.n_users, self.n_items = n_users, n_items
         self.indptr = np.concatenate([[0], np.cumsum(np.bincount(pairs[0], minlength=n_users))])
-        self.indices = pairs[1]
         self.users, self.items = pairs[0], pairs[1]
 
     def items_of(self, user: int) -> np.ndarray:
-        return self.indices[self.indptr[user]:self.indptr[user + 1]]
+        return self.items[self.indptr[user]:self.indptr[user + 1]]
 
     def block(self, start: int, stop: int) -> torch.Tensor:
         """Users start..stop-1 as a dense (stop - start, n_items) boolean block."""
         m = torch.zeros(stop - start, self.n_items, dtype=torch.bool)
         lo, hi = self.indptr[start], self.indptr[stop]
-        m[torch.as_tensor(self.users[lo:hi] - start), torch.as_tensor(self.indices[lo:hi])] = True
+        m[torch.as_tensor(self.users[lo:hi] - start), torch.as_tensor(self.items[lo:hi])] = True
         return m
 
     def __or__(self, other: "Interactions") -> "Interactions":
@@ -472,8 +472,9 @@ class Served:
         self.n_users = n_users
         with torch.no_grad():
             e0 = torch.cat([self.model.mlp(users_lm), self.model.mlp(self.model.item_lm)])
-            self.layers = [e[n_users:] for e in item_layers(adj, e0, layers)]
-            final = torch.stack(item_layers(adj, e0, layers)).mean(0)
+            every = item_layers(adj, e0, layers)
+            self.layers = [e[n_users:] for e in every]
+            final = torch.stack(every).mean(0)
         self.users, self.items = final[:n_users], final[n_users:]
         self.item_degree = torch.bincount(train_items, minlength=n_items)
         self.item_lm = self.model.item_lm

@@ -115,9 +115,6 @@ class Evaluation(Section):
     resamples: int = Field(2000, ge=100)
 
 
-MODELS = ("alpharec", "linear", "noise", "mf", "lightgcn", "xsimgcl")
-
-
 class Config(StudyConfig):
     data: Data = Data()
     embedding: Embedding = Embedding()

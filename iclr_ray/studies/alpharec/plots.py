@@ -5,7 +5,7 @@ from typing import Any
 
 import numpy as np
 
-from .analysis import model_name, sel
+from .analysis import ID_MODELS, model_name, sel
 
 
 def plot_convergence(metrics: dict[str, Any]):
@@ -20,7 +20,7 @@ def plot_convergence(metrics: dict[str, Any]):
             c = v["curves"]
             x, y = np.asarray(c["epoch"][0]), np.asarray(c[metric])
             line, = ax.plot(x, y.mean(0), label=model_name(m), lw=1.5,
-                            ls="--" if m in ("mf", "lightgcn", "xsimgcl") else "-")
+                            ls="--" if m in ID_MODELS else "-")
             ax.fill_between(x, y.min(0), y.max(0), color=line.get_color(), alpha=0.15)
         ax.set_xlabel("epoch")
         ax.set_ylabel(f"{title} Recall@{metrics['k']}")

@@ -16,7 +16,7 @@ from ...llm.recipe import Recipe, TrainConfig, resolve
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
 from . import data as D
-from .alpharec import BUNDLE
+from .alpharec import BUNDLE, INFO_NCE_KINDS
 from .config import Config, Model
 
 
@@ -183,7 +183,7 @@ class RecRecipe(Recipe):
         from .data import user_means
 
         w, hp, kind = self.world, self.hp, member["kind"]
-        if kind in ("alpharec", "linear"):
+        if kind in INFO_NCE_KINDS:
             lm = self.item_lm[member["embedding"]]
             users = torch.as_tensor(user_means(w.n_users, *w.train, lm.numpy()))
             return A.AlphaRec(lm, users, self.adj, hp["layers"], hp["hidden_ratio"], hp["dim"], linear=kind == "linear")
@@ -218,7 +218,7 @@ class RecRecipe(Recipe):
 
         users, pos = self.sampler.draw(cfg.seed, step, cfg.rows_per_step())
         g = torch.Generator().manual_seed(cfg.seed * 1_000_033 + step + 1)
-        nce = sum(m["kind"] in ("alpharec", "linear") for m, _ in self.copies())
+        nce = sum(m["kind"] in INFO_NCE_KINDS for m, _ in self.copies())
         neg_nce = self.sampler.negatives(users, self.hp["negatives"], nce, g)
         neg_bpr = self.sampler.negatives(users, 1, len(self.copies()) - nce, g)
         n, seed = cfg.micro_batch_size, torch.tensor(cfg.seed * 100_003 + step)
@@ -267,7 +267,7 @@ def train_config(cfg: Config, steps_per_epoch: int) -> TrainConfig:
 
 
 def member(cfg: Config, label: str, kind: str, world: str, embedding: str | None = None) -> dict[str, Any]:
-    alpha = kind in ("alpharec", "linear")
+    alpha = kind in INFO_NCE_KINDS
     return {"label": label, "kind": kind, "world": world, "embedding": embedding,
             "lr": cfg.train.lr if alpha else cfg.train.id_lr, "weight_decay": cfg.train.weight_decay if alpha else 0.0}
 
@@ -405,7 +405,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
             models[m["label"]] = {"kind": m["kind"], "world": m["world"], "embedding": m.get("embedding"),
                                   "lr": m["lr"], "curves": c, "selected": sel}
             ctx.log(stage="model", model=m["label"], **{k: float(np.mean(v)) for k, v in sel.items()})
-            if m["world"] == "full" and m["kind"] in ("alpharec", "linear") and m["embedding"] != "noise":
+            if m["world"] == "full" and m["kind"] in INFO_NCE_KINDS and m["embedding"] != "noise":
                 name = m["label"].replace("[", "_").replace("]", "").replace("/", "_")
                 path = root / "artefacts" / name / BUNDLE
                 write_bundle(path, t.final["checkpoint"], t.final["index"][m["label"]], split, emb[m["embedding"]],
