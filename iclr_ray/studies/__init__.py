@@ -100,6 +100,13 @@ REGISTRY: dict[str, Entry] = {e.id: e for e in (
           "Subsidy. ICLR 2025",
           ("tasks: one per chunk of runs of a (policy, instance, alpha, ell, T) cell",
            "rllib: engine=rllib (env runners, all runs of a cell in one vectorised env step)")),
+    Entry("molt5_3d", "3D-MolT5: E3FP 3D substructure tokens fused with SELFIES in a T5, text regression on QM9",
+          "Pei, Yan, Gao, Zhu, Wu. 3D-MolT5: Leveraging Discrete Structural Information for Molecule-Text "
+          "Modeling. ICLR 2025",
+          ("tasks: the conformers tokenised (SELFIES + E3FP), one task per chunk; the ridge reference",
+           "Tune: one trial per seed",
+           "Ray Train + DeepSpeed: each seed's fusion variants side by side (span corruption, then text regression)"),
+          extra="chem", needs=("torch", "transformers", "deepspeed", "rdkit", "e3fp", "selfies")),
     Entry("orion", "Request patching: the emergent decomposition of retrieval tasks in pretrained LMs (ORION)",
           "Variengien, Winsor. Look Before You Leap: A Universal Emergent Decomposition of Retrieval Tasks in "
           "Language Models. ICLR 2025",
