@@ -295,6 +295,15 @@ class MolT5(nn.Module):
                                 num_beams=1, max_new_tokens=max_new_tokens)
 
 
+def decode(model: MolT5, ids: torch.Tensor, fp: torch.Tensor, mask: torch.Tensor, max_new_tokens: int,
+           id_to_token: dict[int, str]) -> list[float]:
+    """Greedy-decoded numbers for a batch, on whatever device ``model`` is on (the batch is moved
+    there); NaN where the decoder wrote no number. Padding (0) and end of sequence (1) are dropped."""
+    device = next(model.parameters()).device
+    gen = model.generate(ids.to(device), fp.to(device), mask.to(device), max_new_tokens).cpu().numpy()
+    return [parse_value("".join(id_to_token[int(t)] for t in row[1:] if int(t) > 1)) for row in gen]
+
+
 VIEWS = {"1d": "full", "sum": "full", "concat": "full", "3d": "atoms", "shuffled": "shuffled"}
 """which input view each variant reads: the molecule's tokens with their identifiers, its atoms only
 (3D-only), or its tokens with another molecule's identifiers (the negative control, fused by sum)"""

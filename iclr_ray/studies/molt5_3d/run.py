@@ -294,7 +294,7 @@ class MolRecipe(Recipe):
     def predict(self, module, mols: np.ndarray) -> dict[str, np.ndarray]:
         """Each variant's decoded value for every (molecule, target): {variant: (mols, targets)};
         NaN where the decoder did not write a number."""
-        from .molt5 import VIEWS, parse_value
+        from .molt5 import VIEWS, decode
 
         T = len(self.c["targets"])
         pairs = (mols[:, None] * T + np.arange(T)).ravel()
@@ -305,11 +305,9 @@ class MolRecipe(Recipe):
             batch = self.regression_batch(pairs[k:k + step])
             for name, m in zip(module.names, module.models):
                 view = VIEWS[name]
-                gen = m.generate(batch[f"{view}_ids"], batch[f"{view}_fp"], batch[f"{view}_mask"],
-                                 self.c["max_new_tokens"]).cpu().numpy()
-                for r, row in enumerate(gen):
-                    text = "".join(inv[int(t)] for t in row[1:] if int(t) not in (0, 1))
-                    out[name][k + r] = parse_value(text)
+                values = decode(m, batch[f"{view}_ids"], batch[f"{view}_fp"], batch[f"{view}_mask"],
+                                self.c["max_new_tokens"], inv)
+                out[name][k:k + len(values)] = values
         return {v: p.reshape(len(mols), T) for v, p in out.items()}
 
     def scores(self, module, mols: np.ndarray, prefix: str) -> dict[str, float]:
