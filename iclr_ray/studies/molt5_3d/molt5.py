@@ -331,7 +331,7 @@ class Variants(nn.Module):
         return total
 
 
-def atoms_view(tokens_ids: Sequence[int], fp: np.ndarray, atom_id: int) -> tuple[list[int], np.ndarray]:
+def atoms_view(fp: np.ndarray, atom_id: int) -> tuple[list[int], np.ndarray]:
     """The 3D-only input of a molecule: its atom tokens only, each as ``<atom>`` (weight 0) with its
     identifiers; no 1D token of the molecule reaches the encoder."""
     keep = (fp >= 0).any(1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import ray
@@ -92,24 +92,17 @@ def featurise_all(cfg: Config, mols: list[D.Molecule], ctx: RunContext) -> tuple
 # ----------------------------------------------------------------------------- the recipe
 
 
-def _pad(rows: list[list[int]], value: int) -> np.ndarray:
-    width = max(len(r) for r in rows)
-    out = np.full((len(rows), width), value, np.int64)
+def _pad(rows: list, value: int) -> np.ndarray:
+    """Rows of unequal length (lists of ids, or (length, levels) identifier arrays) padded with
+    ``value`` to the longest."""
+    first = np.asarray(rows[0])
+    out = np.full((len(rows), max(len(r) for r in rows), *first.shape[1:]), value, np.int64)
     for i, r in enumerate(rows):
         out[i, :len(r)] = r
     return out
 
 
-def _pad_fp(rows: list[np.ndarray], level: int) -> np.ndarray:
-    width = max(len(r) for r in rows)
-    out = np.full((len(rows), width, level + 1), -1, np.int64)
-    for i, r in enumerate(rows):
-        out[i, :len(r)] = r
-    return out
-
-
-def packed(view: str, ids: list[list[int]], fps: list[np.ndarray], labels: list[list[int]],
-           level: int) -> dict[str, Any]:
+def packed(view: str, ids: list[list[int]], fps: list[np.ndarray], labels: list[list[int]]) -> dict[str, Any]:
     """One view of a batch as tensors: ids (padded with 0), their attention mask, identifiers
     (padded with -1) and labels (padded with -100)."""
     import torch
@@ -118,7 +111,7 @@ def packed(view: str, ids: list[list[int]], fps: list[np.ndarray], labels: list[
     lengths = np.array([len(i) for i in ids])
     return {f"{view}_ids": torch.as_tensor(ids_a),
             f"{view}_mask": torch.as_tensor((np.arange(ids_a.shape[1])[None] < lengths[:, None]).astype(np.int64)),
-            f"{view}_fp": torch.as_tensor(_pad_fp(fps, level)),
+            f"{view}_fp": torch.as_tensor(_pad(fps, -1)),
             f"{view}_labels": torch.as_tensor(_pad(labels, IGNORE))}
 
 
@@ -140,7 +133,7 @@ class Encoded:
         for r in records:
             ids = [v["<bom>"]] + [v.get(t, v["<unk>"]) for t in r["tokens"]] + [v["<eom>"]]
             fp = np.concatenate([none, np.asarray(r["fp"], np.int64), none])
-            a_ids, a_fp = atoms_view(ids, fp, v["<atom>"])
+            a_ids, a_fp = atoms_view(fp, v["<atom>"])
             self.ids.append(ids)
             self.fp.append(fp)
             self.atom_ids.append([v["<bom>"]] + a_ids + [v["<eom>"]])
@@ -160,11 +153,13 @@ class Encoded:
 
         return [self.vocab[ch] for ch in format_value(value, self.decimals[target])] + [self.vocab["</s>"]]
 
-    def views(self, mols: np.ndarray, prompts: list[list[int]], labels: list[list[int]]) -> dict[str, Any]:
-        """A batch: for each view, the prompt tokens then the molecule, padded; labels padded with -100."""
+    def views(self, mols: np.ndarray, prompts: list[list[int]], labels: list[list[int]],
+              which: Sequence[str] = ("full", "atoms", "shuffled")) -> dict[str, Any]:
+        """A batch: for each view in ``which``, the prompt tokens then the molecule, padded; labels
+        padded with -100."""
         none = np.full((1, self.level + 1), -1, np.int64)
         out = {}
-        for view in ("full", "atoms", "shuffled"):
+        for view in which:
             ids, fps = [], []
             for m, p in zip(mols, prompts):
                 if view == "atoms":
@@ -174,7 +169,7 @@ class Encoded:
                     fp = self.fp[m] if view == "full" else self.shuffled_fp[m]
                     ids.append(p + self.ids[m])
                     fps.append(np.concatenate([np.repeat(none, len(p), 0), fp]))
-            out.update(packed(view, ids, fps, labels, self.level))
+            out.update(packed(view, ids, fps, labels))
         return out
 
 
@@ -198,6 +193,11 @@ class MolRecipe(Recipe):
         self.enc = Encoded(records, self.vocab, c["targets"], c["decimals"], np.asarray(c["perm"]), c["level"])
         self.sentinels = [self.enc.vocab[s] for s in SENTINELS]
         self.means = np.asarray(self.train_values)
+        from .molt5 import VIEWS
+
+        # the views some variant reads (every batch carries "full": its size counts the examples)
+        self.needed = [v for v in ("full", "atoms", "shuffled") if v == "full" or
+                       any(VIEWS[x] == v for x in c["variants"])]
 
     def build_model(self, cfg: TrainConfig):
         import torch
@@ -256,9 +256,9 @@ class MolRecipe(Recipe):
             for k, (a, b) in enumerate(spans):
                 t3 += [self.sentinels[k], *symbols[a - 1:b - 1]]  # atom position p holds symbol p - 1 (<bom> first)
             a_in.append(ids3), a_fp.append(fp3), a_labels.append(t3 + [eos])
-        level = self.c["level"]
-        return {**packed("full", full_in, full_fp, labels, level),
-                **packed("shuffled", full_in, shuf_fp, labels, level), **packed("atoms", a_in, a_fp, a_labels, level)}
+        parts = {"full": (full_in, full_fp, labels), "shuffled": (full_in, shuf_fp, labels),
+                 "atoms": (a_in, a_fp, a_labels)}
+        return {k: t for view in self.needed for k, t in packed(view, *parts[view]).items()}
 
     def examples(self) -> np.ndarray:
         """Every (training molecule, target) pair, as molecule * n_targets + target."""
@@ -283,7 +283,7 @@ class MolRecipe(Recipe):
         names = self.c["targets"]
         prompts = [[e.vocab[f"<{names[t]}>"]] for t in tgt]
         labels = [e.target_ids(e.values[m, t], names[t]) for m, t in zip(mols, tgt)]
-        return e.views(mols, prompts, labels)
+        return e.views(mols, prompts, labels, self.needed)
 
     def loss(self, engine, batch: dict[str, Any]):
         return engine(batch)
