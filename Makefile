@@ -2,7 +2,7 @@
 # and `make test` (install + the whole test suite). Both create .venv/ on first use.
 PYTHON ?= python3
 VENV   ?= .venv
-EXTRAS ?= dev,llm,serve,rl,chem
+EXTRAS ?= dev,llm,serve,rl,chem,vision
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
