@@ -18,6 +18,7 @@ def _metrics(gain_mm, gain_um, n=6, seed=0):
                   "cluspro": {k: (base[k] + g + rng.normal(0, 0.003, n)).tolist() for k in KEYS}}
         for m in res[w].values():
             m.update({f"ow_{k}": m[k] for k in KEYS})
+            m.update({f"ow_nofeas_{k}": m[k] for k in KEYS})
             m["curve"] = [[1.0, 0.0], [0.0, 1.0]]
     return {"worlds": ["multimodal", "unimodal"], "methods": ["ce", "single", "cluspro"], "seeds": list(range(n)),
             "results": res, "kind": "digits", "k": 3, "samples": {"train": 1, "valid": 1, "test": 1},
