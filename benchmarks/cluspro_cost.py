@@ -42,7 +42,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--structure", type=float, default=2.0)
-    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=200)
     a = ap.parse_args()
     torch.set_num_threads(1)
     data = D.build("digits", True, images=400, seed=0)
