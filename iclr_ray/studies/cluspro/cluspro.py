@@ -326,24 +326,30 @@ def seen_unseen_curve(scores: np.ndarray, truth: np.ndarray, unseen_cand: np.nda
     ``scores`` (n, P): candidate pair scores (-inf where a pair is not a candidate); ``truth`` (n,):
     the index of each sample's true pair among the candidates; ``unseen_cand`` (P,): the candidates
     that are not seen pairs; ``unseen_sample`` (n,): samples whose true pair is unseen."""
-    seen_best = np.where(unseen_cand[None], -np.inf, scores).max(1)
-    unseen_best = np.where(unseen_cand[None], scores, -np.inf).max(1)
-    flips = np.unique(seen_best - unseen_best)  # above a sample's flip its prediction moves to unseen
+    # A sample predicts its best seen candidate until the bias passes its flip point (best seen
+    # score minus best unseen score), then its best unseen one: every accuracy on the sweep comes
+    # from the two predictions and the sorted flips, with no argmax per bias.
+    seen_scores = np.where(unseen_cand[None], -np.inf, scores)
+    unseen_scores = np.where(unseen_cand[None], scores, -np.inf)
+    seen_pred, unseen_pred = seen_scores.argmax(1), unseen_scores.argmax(1)
+    rows = np.arange(len(scores))
+    flip = seen_scores[rows, seen_pred] - unseen_scores[rows, unseen_pred]
+    flips = np.unique(flip)
     flips = flips[np.isfinite(flips)]
     biases = np.concatenate([[-np.inf], flips + 1e-9 * np.maximum(1.0, np.abs(flips)), [np.inf]])
-    seen_acc, unseen_acc = [], []
-    for b in biases:
-        if b == -np.inf:  # only the seen candidates
-            biased = np.where(unseen_cand[None], -np.inf, scores)
-        elif b == np.inf:  # only the unseen ones
-            biased = np.where(unseen_cand[None], scores, -np.inf)
-        else:
-            biased = scores + np.where(unseen_cand, b, 0.0)[None]
-        pred = biased.argmax(1)
-        ok = pred == truth
-        seen_acc.append(ok[~unseen_sample].mean() if (~unseen_sample).any() else 0.0)
-        unseen_acc.append(ok[unseen_sample].mean() if unseen_sample.any() else 0.0)
-    return biases, np.asarray(seen_acc), np.asarray(unseen_acc)
+    order = np.argsort(flip, kind="stable")
+    moved = np.searchsorted(flip[order], biases, side="left")  # samples whose flip lies below the bias
+    moved[0], moved[-1] = 0, len(flip)  # -inf: only seen candidates; +inf: only unseen ones
+    right_seen, right_unseen = seen_pred == truth, unseen_pred == truth
+    change = (right_unseen.astype(np.int64) - right_seen)[order]
+    accs = []
+    for group in (~unseen_sample, unseen_sample):
+        if not group.any():
+            accs.append(np.zeros(len(biases)))
+            continue
+        cum = np.concatenate([[0], np.cumsum(change * group[order])])
+        accs.append((right_seen[group].sum() + cum[moved]) / group.sum())
+    return biases, accs[0], accs[1]
 
 
 def czsl_metrics(seen_acc: Sequence[float], unseen_acc: Sequence[float]) -> dict[str, float]:

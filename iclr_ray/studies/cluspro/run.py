@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from ...config import ConfigError, deep_merge
+from ...config import ConfigError
 from ...llm.recipe import Recipe, TrainConfig
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
 from . import data as D
-from .config import Config, Proto
+from .config import Config
 
 VALID_SCORE = "valid_auc"
 
@@ -246,8 +246,7 @@ def world_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, c: dict
     torch.set_num_threads(1)
     spec = config["spec"]
     proto = {k.split(".", 1)[1]: v for k, v in config.items() if k.startswith("proto.")}
-    if proto or "train.lr" in config:  # a sweep trial: its values over the config's
-        Proto.model_validate(deep_merge(c["proto"], proto))
+    if proto:  # a sweep trial: its values (checked by the sweep before Ray started) over the config's
         c = {**c, "proto": {**c["proto"], **proto}}
     world, seed = spec["world"], int(spec["seed"])
     tc = train_config(cfg, seed)
