@@ -1,0 +1,1 @@
+"""Dreamweaver: compositional world models from pixels (Recurrent Block-Slot Units)."""
