@@ -183,3 +183,20 @@ def test_hungarian_matching_follows_the_masks():
 def test_cosine_anneal_ends_at_its_ends():
     assert W.cosine_anneal(0, 1.0, 0.1, 0, 10) == 1.0 and W.cosine_anneal(10, 1.0, 0.1, 0, 10) == 0.1
     assert W.cosine_anneal(5, 1.0, 0.1, 0, 10) == pytest.approx(0.55)
+
+
+def test_the_prototype_memory_maps_every_untrained_slot_to_one_vector():
+    """Why ``small`` turns the memory off (docs/studies/dreamweaver.md): at init its mix of
+    near-identical normalised prototypes sends every slot to the same vector, so slot attention
+    stops competing; without it the slots stay apart."""
+    x = torch.randn(4, 2, 256, 64)
+
+    def slot_cosine(memory):
+        torch.manual_seed(0)
+        rbsu = W.RBSU(64, 3, 64, 8, prototypes=32, mlp_hidden=64, use_memory=memory)
+        with torch.no_grad():
+            s = torch.nn.functional.normalize(rbsu(x)[0][:, -1], dim=-1)
+        return float((s @ s.transpose(1, 2))[:, [0, 0, 1], [1, 2, 2]].mean())
+
+    assert slot_cosine(True) > 0.999
+    assert slot_cosine(False) < 0.95

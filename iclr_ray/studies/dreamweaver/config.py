@@ -50,9 +50,11 @@ class Model(Section):
     predictor_heads: int = Field(4, ge=1)
     dropout: float = Field(0.1, ge=0, lt=1)
     bi_attn: bool = True
-    memory: bool = True
-    """the block prototype memory after every slot-attention iteration (the official default);
-    False: the official ``skip_prototype_memory``"""
+    memory: bool = False
+    """the block prototype memory after every slot-attention iteration (the official default, on in
+    ``paper``). Off at ``small`` (the official ``skip_prototype_memory``): at init the memory's mix
+    of near-identical prototypes maps every slot to the same vector, and within the CPU budget the
+    slots never separated (docs/studies/dreamweaver.md has the measurement)"""
     cond: int = Field(2, ge=2)
     """conditioning frames T_c (the predictor is trained through frame 2's initialisation)"""
     pred: int = Field(2, ge=1)
@@ -126,7 +128,7 @@ PRESETS = {
         "data": {"side": 64, "objects": 3, "frames": 8, "train": 10000, "test": 2000, "ood": 2000},
         "model": {"slots": 5, "size": 768, "blocks": 8, "prototypes": 64, "iterations": 3, "mlp_hidden": 192,
                   "d_model": 192, "cnn": 64, "cnn_stride": 1, "vocab": 4096, "dvae_hidden": 64, "decoder_layers": 8,
-                  "decoder_heads": 4, "predictor_heads": 4, "dropout": 0.1, "cond": 2, "pred": 2},
+                  "decoder_heads": 4, "predictor_heads": 4, "dropout": 0.1, "cond": 2, "pred": 2, "memory": True},
         "train": {"seeds": 3, "steps": 37500, "batch": 24, "lr_enc": 1e-4, "lr_dvae": 2e-4, "lr_dec": 2e-4,
                   "warmup": 0.15, "grad_clip": 0.1},
     },

@@ -329,7 +329,7 @@ class Dreamweaver(nn.Module):
     reconstruction error alone, encoder, RBSU and decoder from the cross-entropy."""
 
     def __init__(self, *, side: int = 32, objective: Literal["predict", "reconstruct"] = "predict", slots: int = 3,
-                 size: int = 128, blocks: int = 8, d_model: int = 64, cnn: int = 32, iterations: int = 3,
+                 size: int = 64, blocks: int = 8, d_model: int = 64, cnn: int = 16, iterations: int = 3,
                  mlp_hidden: int = 64, prototypes: int = 32, vocab: int = 128, dvae_hidden: int = 32,
                  decoder_layers: int = 2, decoder_heads: int = 4, dropout: float = 0.1, cond: int = 2, pred: int = 2,
                  bi_attn: bool = True, predictor_heads: int = 4, cnn_stride: int = 2, memory: bool = True):
