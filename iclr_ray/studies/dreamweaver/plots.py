@@ -45,15 +45,21 @@ def plot_all(metrics: dict[str, Any], cfg=None) -> dict[str, Any]:
     figs["rollout_strips"] = fig
 
     models = [*objectives, "untrained"]
-    fig, axes = plt.subplots(1, len(models), figsize=(2.6 * len(models), 3.0), squeeze=False)
-    for ax, m in zip(axes[0], models):
+    shares = {}
+    for m in models:
         r = np.asarray(metrics["dci"][m]["test"][first]["R"])
-        r = r / np.maximum(r.sum(0, keepdims=True), 1e-12)
-        ax.imshow(r, cmap="viridis", vmin=0, vmax=max(r.max(), 1e-6), aspect="auto")
+        shares[m] = r / np.maximum(r.sum(0, keepdims=True), 1e-12)
+    top = max(max(float(r.max()) for r in shares.values()), 1e-6)  # one scale: 1 / M is an even spread
+    fig, axes = plt.subplots(1, len(models), figsize=(2.9 * len(models) + 0.8, 3.4), squeeze=False,
+                             constrained_layout=True)
+    for ax, m in zip(axes[0], models):
+        r = shares[m]
+        im = ax.imshow(r, cmap="viridis", vmin=0, vmax=top, aspect="auto")
         ax.set_xticks(range(len(metrics["factors"])), metrics["factors"], rotation=45, fontsize=7)
         ax.set_yticks(range(r.shape[0]), [f"block {b}" for b in range(r.shape[0])], fontsize=7)
-        ax.set_title(f"{m}: importance share per factor", fontsize=8)
-    fig.tight_layout()
+        ax.set_title(m, fontsize=9)
+    fig.colorbar(im, ax=list(axes[0]), shrink=0.8, label="share of the factor's importance")
+    fig.suptitle("Which block the trees read each factor from (first seed, test videos)", fontsize=9)
     figs["block_factor_importance"] = fig
 
     keys = [("static.D", "D static"), ("static.C", "C static"), ("I_static", "I static"),
