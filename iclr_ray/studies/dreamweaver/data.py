@@ -53,9 +53,6 @@ class Videos:
     def __len__(self) -> int:
         return len(self.frames)
 
-    def take(self, idx) -> "Videos":
-        return Videos(self.frames[idx], self.masks[idx], self.factors[idx], self.centres[idx])
-
     @staticmethod
     def concat(parts: list["Videos"]) -> "Videos":
         return Videos(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("frames", "masks", "factors",

@@ -249,10 +249,6 @@ class DVAE(nn.Module):
         return F.log_softmax(self.enc(x), 1)
 
 
-def gumbel_softmax(logits: torch.Tensor, tau: float, hard: bool, dim: int) -> torch.Tensor:
-    return F.gumbel_softmax(logits, tau=tau, hard=hard, dim=dim)
-
-
 def cosine_anneal(step: int, start: float, final: float, start_step: int, final_step: int) -> float:
     """``start`` before ``start_step``, ``final`` from ``final_step``, a half cosine between (the tau schedule)."""
     if step < start_step:
@@ -270,9 +266,9 @@ class Decoder(nn.Module):
     decoder over the dVAE tokens whose start token is f^k(BOS) for the frame k steps ahead."""
 
     def __init__(self, size: int, blocks: int, d: int, vocab: int, tokens: int, layers: int, heads: int,
-                 dropout: float, horizons: int):
+                 dropout: float):
         super().__init__()
-        self.blocks, self.d, self.tokens, self.horizons = blocks, d, tokens, horizons
+        self.blocks, self.d, self.tokens = blocks, d, tokens
         self.slot_proj = BlockLinear(size, blocks * d, blocks)
         self.block_pos = nn.Parameter(torch.zeros(1, 1, blocks, d))
         self.coupler = transformer_encoder(d, heads, 1)
@@ -342,8 +338,7 @@ class Dreamweaver(nn.Module):
         self.encoder = CNNEncoder(cnn, d_model, cnn_stride)
         self.rbsu = RBSU(d_model, slots, size, blocks, iterations=iterations, mlp_hidden=mlp_hidden,
                          prototypes=prototypes, bi_attn=bi_attn, predictor_heads=predictor_heads, use_memory=memory)
-        self.decoder = Decoder(size, blocks, d_model, vocab, self.grid ** 2, decoder_layers, decoder_heads, dropout,
-                               pred)
+        self.decoder = Decoder(size, blocks, d_model, vocab, self.grid ** 2, decoder_layers, decoder_heads, dropout)
         self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
 
@@ -364,8 +359,8 @@ class Dreamweaver(nn.Module):
             frame, k = video[:, self.cond - 1], torch.zeros_like(k)
         x = self.normalise(frame)
         logits = self.dvae.logits(x)  # (B, V, g, g): the target frame only (the official dVAE sees every frame)
-        mse = ((x - self.dvae.dec(gumbel_softmax(logits, tau, False, 1))) ** 2).flatten(1).sum(1)
-        target = gumbel_softmax(logits.detach(), tau, True, 1).argmax(1).flatten(1)
+        mse = ((x - self.dvae.dec(F.gumbel_softmax(logits, tau=tau, hard=False, dim=1))) ** 2).flatten(1).sum(1)
+        target = F.gumbel_softmax(logits.detach(), tau=tau, hard=True, dim=1).argmax(1).flatten(1)
         slots, _ = self.bind(video[:, :self.cond])
         memory = self.decoder.memory(slots[:, -1])
         ce = F.cross_entropy(self.decoder.logits(memory, k, target).transpose(1, 2), target, reduction="none").sum(1)
@@ -499,11 +494,6 @@ def crops(frames: np.ndarray, centres: np.ndarray, width: int) -> np.ndarray:
     c = np.rint(centres).astype(int)
     return np.stack([pad[i, c[i, 0]:c[i, 0] + width, c[i, 1]:c[i, 1] + width] for i in range(len(frames))]
                     ).reshape(len(frames), -1).astype(np.float32) / 255.0
-
-
-def swap_rate(read: np.ndarray, own: np.ndarray, partner: np.ndarray) -> dict[str, float]:
-    """Shares of read values equal to the partner's value (the swap took) and to the object's own."""
-    return {"partner": float(np.mean(read == partner)), "own": float(np.mean(read == own))}
 
 
 def swap_sets(r: np.ndarray, g: int) -> tuple[list[int], list[int]]:
