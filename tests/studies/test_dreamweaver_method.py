@@ -135,6 +135,11 @@ def test_swap_blocks_exchanges_only_the_named_blocks():
     out = W.swap_blocks(s, 0, 2, [1, 3], 4)
     assert torch.equal(out[:, 0, 2:4], s[:, 2, 2:4]) and torch.equal(out[:, 2, 6:8], s[:, 0, 6:8])
     assert torch.equal(out[:, 0, :2], s[:, 0, :2]) and torch.equal(out[:, 1], s[:, 1])
+    per = W.swap_blocks(s, torch.tensor([0, 1]), torch.tensor([2, 0]), [0], 4)  # each sample its own pair
+    assert torch.equal(per[0, 0, :2], s[0, 2, :2]) and torch.equal(per[1, 1, :2], s[1, 0, :2])
+    assert torch.equal(per[0, 1], s[0, 1]) and torch.equal(per[1, 2], s[1, 2])
+    order = np.array([[2, 0], [1, 2]])
+    assert np.array_equal(W.matched(s.numpy(), order)[1, 0], s[1, 1].numpy())
     r = np.array([[0.6, 0.0], [0.1, 0.1], [0.3, 0.2], [0.0, 0.7]])
     assert W.swap_sets(r, 0) == ([0], [3])
     assert W.swap_sets(r, 1) == ([3], [0])

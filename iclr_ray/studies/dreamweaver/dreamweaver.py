@@ -468,7 +468,8 @@ def probe(model: Dreamweaver, clips: np.ndarray, masks: np.ndarray, objects: int
     """The slots of the last conditioning step of each clip (B, T_c, S, S, 3) matched to its objects:
     the slot attention of that step, upsampled to the frame, against each object's visible mask in
     that frame (``masks`` (B, S, S), 0 background, i + 1 object i) by soft IoU and the Hungarian
-    method. Returns the matched slots (B, O, D) and the assignment (B, O)."""
+    method. Returns every slot (B, N, D) and each object's slot (B, O); :func:`matched` gathers
+    the objects' slots."""
     g = torch.Generator().manual_seed(seed)
     side = clips.shape[-2]
     out_s, out_o = [], []
@@ -481,9 +482,14 @@ def probe(model: Dreamweaver, clips: np.ndarray, masks: np.ndarray, objects: int
         for j in range(len(slots)):
             truth = np.stack([(masks[i + j] == o + 1).ravel() for o in range(objects)])
             order = match_slots(truth, soft[j].reshape(-1, soft.shape[-1]).T)
-            out_s.append(slots[j][order])
+            out_s.append(slots[j])
             out_o.append(order)
     return np.stack(out_s), np.stack(out_o)
+
+
+def matched(slots: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Each object's slot, (B, O, D), from every slot (B, N, D) and the assignment (B, O)."""
+    return np.take_along_axis(slots, order[..., None], 1)
 
 
 def crops(frames: np.ndarray, centres: np.ndarray, width: int) -> np.ndarray:

@@ -174,16 +174,16 @@ def score_dci(c: dict[str, Any], objective: str, seed: int, model_path: str | No
     against each object's factors in the first predicted frame (T + 1), as the official script."""
     import torch
 
-    from .dreamweaver import block_importance, dci, importance_matrix, probe
+    from .dreamweaver import block_importance, dci, importance_matrix, matched, probe
 
     torch.set_num_threads(1)
     videos = D.load(data_path)
     model = load_model(c, objective, seed, model_path)
     starts, last = eval_clips(videos, c, seed)
     idx = np.arange(len(videos))
-    slots, _ = probe(model, D.clip(videos, idx, starts, c["model"]["cond"]), videos.masks[idx, last],
-                     c["data"]["objects"], seed)
-    x = slots.reshape(-1, slots.shape[-1])
+    slots, order = probe(model, D.clip(videos, idx, starts, c["model"]["cond"]), videos.masks[idx, last],
+                         c["data"]["objects"], seed)
+    x = matched(slots, order).reshape(-1, slots.shape[-1])
     y = videos.factors[idx, last + 1].reshape(-1, len(D.FACTORS))
     pick = np.random.default_rng([seed, 2]).permutation(len(x))[:c["eval"]["dci_points"]]
     imp, acc = importance_matrix(x[pick], y[pick], seed=seed)
@@ -249,9 +249,10 @@ def imagination(c: dict[str, Any], objective: str, seed: int, model_path: str, r
     starts, last = eval_clips(test, c, seed)
     drawn = starts + offset  # the frame the decoder draws at k = 0
     idx = np.arange(len(test))[:c["eval"]["swap_videos"]]
-    slots, _ = probe(model, D.clip(test, idx, starts[idx], cond), test.masks[idx, last[idx]], c["data"]["objects"],
-                     seed)
-    slots_t = torch.as_tensor(slots)  # (B, O, D): matched slots, object order
+    slots, order = probe(model, D.clip(test, idx, starts[idx], cond), test.masks[idx, last[idx]],
+                         c["data"]["objects"], seed)
+    slots_t = torch.as_tensor(slots)  # (B, N, D): every slot, the background's too, as the decoder reads them
+    first, second = torch.as_tensor(order[:, 0]), torch.as_tensor(order[:, 1])  # objects 0 and 1's slots
     cen = test.centres[idx, drawn[idx]]
     apart = isolated(test.masks[idx, drawn[idx]], cen[:, 0], np.zeros(len(idx), int), width) & \
         isolated(test.masks[idx, drawn[idx]], cen[:, 1], np.ones(len(idx), int), width)
@@ -273,7 +274,7 @@ def imagination(c: dict[str, Any], objective: str, seed: int, model_path: str, r
         top, low = swap_sets(rr, gi)
         out["blocks"][g] = {"swap": top, "control": low}
         for key, blocks in (("swap", top), ("control", low)):
-            frames = model.imagine(swap_blocks(slots_t, 0, 1, blocks, c["model"]["blocks"])).numpy()
+            frames = model.imagine(swap_blocks(slots_t, first, second, blocks, c["model"]["blocks"])).numpy()
             got = read(frames, g)[sel]
             partner = own[sel][:, ::-1, gi]
             out[key][g] = float(np.mean(got == partner)) if sel.any() else float("nan")
