@@ -78,7 +78,7 @@ REGISTRY: dict[str, Entry] = {e.id: e for e in (
           extra="vision", needs=("torch", "transformers", "deepspeed", "ot")),
     Entry("dreamweaver", "Dreamweaver: compositional world models from pixels (Recurrent Block-Slot Units), with DCI",
           "Baek, Wu, Singh, Ahn. Dreamweaver: Learning Compositional World Models from Pixels. ICLR 2025",
-          ("tasks: the videos generated in shards; DCI of every checkpoint; the imagination (block swap) tests",
+          ("tasks: the videos generated in shards; DCI of each trained and untrained model; the imagination (block swap) tests",
            "Tune: one trial per (objective, seed)",
            "Ray Train + DeepSpeed: each trial's Dreamweaver (predictive or reconstruction objective)"),
           extra="llm", needs=("torch", "transformers", "deepspeed", "sklearn")),

@@ -319,7 +319,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
             jobs.append(((t.spec["objective"], t.spec["seed"], split), ref))
     for s in seeds:  # the negative control: the untrained model (the seed's initial weights)
         jobs.append((("untrained", s, "test"), dci_task.remote(c, objectives[0], s, None, "test", paths["test"])))
-    got = ctx.wait_all([r for _, r in jobs], "DCI of every checkpoint")
+    got = ctx.wait_all([r for _, r in jobs], "DCI of each trained and untrained model")
     scores: dict[str, Any] = {}
     for (name, s, split), v in zip([j for j, _ in jobs], got):
         scores.setdefault(name, {}).setdefault(split, {})[str(s)] = v
