@@ -1,0 +1,1 @@
+"""Ctrl-U: uncertainty-aware reward fine-tuning of a ControlNet."""
