@@ -82,6 +82,14 @@ REGISTRY: dict[str, Entry] = {e.id: e for e in (
            "Tune: one trial per (objective, seed)",
            "Ray Train + DeepSpeed: each trial's Dreamweaver (predictive or reconstruction objective)"),
           extra="llm", needs=("torch", "transformers", "deepspeed", "sklearn")),
+    Entry("ctrl_u", "Ctrl-U: uncertainty-aware reward fine-tuning of a ControlNet, against ControlNet and ControlNet++",
+          "Zhang, Gao, Jiang, Zhao, Zheng. Ctrl-U: Robust Conditional Image Generation via Uncertainty-aware Reward "
+          "Modeling. ICLR 2025",
+          ("tasks: the scenes generated in shards; the reward and oracle segmenters; drawing and scoring each model's "
+           "images",
+           "Ray Train + DeepSpeed: the base U-Net + ControlNet's pretraining",
+           "Tune: one trial per (arm, seed), each a Ray Train run post-training the ControlNet"),
+          extra="vision", needs=("torch", "diffusers", "deepspeed")),
     Entry("coord_sketch", "Matrix product sketching by coordinated sampling",
           "Daliri, Freire, Li, Musco. Matrix Product Sketching via Coordinated Sampling. ICLR 2025",
           ("tasks: one per party sketch, one per estimate",)),
