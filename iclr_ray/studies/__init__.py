@@ -90,6 +90,13 @@ REGISTRY: dict[str, Entry] = {e.id: e for e in (
            "Ray Train + DeepSpeed: the base U-Net + ControlNet's pretraining",
            "Tune: one trial per (arm, seed), each a Ray Train run post-training the ControlNet"),
           extra="vision", needs=("torch", "diffusers", "deepspeed")),
+    Entry("afa", "AFA: ensembling diffusion experts by adaptive feature aggregation (SABW aggregators)",
+          "Wang, Tian, Guan, Zhang, Jiang, Shen, Han, Gu, Yang. Ensembling Diffusion Models via Adaptive Feature "
+          "Aggregation. ICLR 2025",
+          ("Ray Train + DeepSpeed: the common base; the experts fine-tuned in parallel runs (one Tune trial each)",
+           "Tune: one trial per (expert set, seed), each a Ray Train run training the aggregators",
+           "tasks: the evaluator classifier; the weight-merging search; scoring and sampling each (model, seed)"),
+          extra="vision", needs=("torch", "diffusers", "deepspeed")),
     Entry("coord_sketch", "Matrix product sketching by coordinated sampling",
           "Daliri, Freire, Li, Musco. Matrix Product Sketching via Coordinated Sampling. ICLR 2025",
           ("tasks: one per party sketch, one per estimate",)),

@@ -1,0 +1,86 @@
+"""The data at ``small``: scikit-learn's handwritten digits (1,797 real 8 x 8 scans, installed with
+scikit-learn), upsampled bilinearly to ``side`` pixels, split once into train / validation / test,
+stratified by class. A caption is one token: the digit's class + 1 (0 is the empty caption, CFG's
+unconditional branch). No Ray."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...config import DataError
+
+CLASSES = 10
+SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class Digits:
+    images: np.ndarray
+    """(n, S, S) float32 in [0, 1]"""
+    labels: np.ndarray
+    """(n,) int64 classes"""
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def subset(self, classes) -> "Digits":
+        keep = np.isin(self.labels, list(classes))
+        return Digits(self.images[keep], self.labels[keep])
+
+
+def upsample(images: np.ndarray, side: int) -> np.ndarray:
+    from scipy import ndimage
+
+    if images.shape[-1] == side:
+        return images.astype(np.float32)
+    return np.stack([np.clip(ndimage.zoom(im, side / im.shape[-1], order=1), 0, 1) for im in images]).astype(np.float32)
+
+
+def split(side: int, test: int, val: int, seed: int = 0) -> dict[str, Digits]:
+    """The three splits: ``test`` and ``val`` digits drawn per class in proportion (stratified,
+    seeded), the rest for training."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    images, labels = upsample(d.images / 16.0, side), d.target.astype(np.int64)
+    if test + val >= len(labels):
+        raise DataError(f"data.test {test} + data.val {val} leave no training digits of {len(labels)}")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(labels))
+    # stratified: interleave the classes so any prefix holds them in proportion
+    ranks = np.empty(len(labels))
+    for c in range(CLASSES):
+        idx = order[labels[order] == c]
+        ranks[idx] = (np.arange(len(idx)) + rng.random()) / len(idx)
+    order = np.argsort(ranks, kind="stable")
+    parts = {"test": order[:test], "val": order[test:test + val], "train": order[test + val:]}
+    return {k: Digits(images[v], labels[v]) for k, v in parts.items()}
+
+
+def save(digits: Digits, path: str | Path) -> None:
+    with open(path, "wb") as f:
+        np.savez_compressed(f, images=digits.images, labels=digits.labels)
+
+
+def load(path: str | Path) -> Digits:
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"digits file {path} is missing")
+    with np.load(path) as z:
+        return Digits(z["images"], z["labels"])
+
+
+def to_model(images: np.ndarray):
+    """(n, S, S) in [0, 1] -> a (n, 1, S, S) tensor in [-1, 1]."""
+    import torch
+
+    return torch.as_tensor(np.asarray(images, np.float32)).unsqueeze(1) * 2 - 1
+
+
+def tokens(labels: np.ndarray):
+    """Captions: (n, 1) token ids, class + 1."""
+    import torch
+
+    return torch.as_tensor(np.asarray(labels, np.int64) + 1).view(-1, 1)

@@ -1,0 +1,554 @@
+"""afa on Ray: the digits split once; the evaluator (a digit classifier) trained as a Ray task; the
+common base trained in one Ray Train run (the shared DeepSpeed loop); the experts fine-tuned from it
+in parallel Ray Train runs (one Tune trial each: the class-specific experts and the near-identical
+control pair); the weight-merging search as a Ray task; then one Tune trial per (expert set, seed),
+each a Ray Train run training the SABW aggregators with the experts frozen; then Ray tasks score
+every model of every seed: the held-out denoising MSE (the same (digit, t, noise) rows for all
+models of a seed), and for the main expert set the generated digits (DDIM with classifier-free
+guidance, the same noise for every model): the classifier's class-conditional accuracy and the
+Fréchet distance in its features; and AFA's aggregation maps."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...config import ConfigError
+from ...llm.recipe import Recipe, TrainConfig
+from ...runtime import RunContext
+from ...sweep.grid import resumable, run_grid
+from . import data as D
+from .config import Config
+
+MAIN, CONTROL = "main", "control"
+"""the expert sets: the class-specific experts, and the near-identical pair"""
+T_BINS = 10
+
+
+def prepare(cfg: Config):
+    """The small path trains its own pixel-space experts; published SD1.5 fine-tunes work in a VAE's
+    latent space with CLIP text encoders, which this study does not build: one clear line before Ray
+    starts."""
+    if cfg.experts.unets:
+        raise ConfigError(f"experts.unets {cfg.experts.unets[:1]}...: only tiny experts trained here run; the latent "
+                          "path of SD1.5 (its VAE and CLIP text encoders) and the caption data are not built "
+                          "(docs/studies/afa.md)")
+    return None
+
+
+def recipe_dict(cfg: Config) -> dict[str, Any]:
+    return {k: getattr(cfg, k).model_dump() for k in ("data", "experts", "aggregator", "merge", "eval")}
+
+
+def write_data(cfg: Config, ctx: RunContext) -> dict[str, str]:
+    """The three splits saved once under the run (reused on resume)."""
+    folder = ctx.run_dir.path / "data"
+    folder.mkdir(exist_ok=True)
+    paths = {s: str(folder / f"{s}.npz") for s in D.SPLITS}
+    if not all(Path(p).exists() for p in paths.values()):
+        parts = D.split(cfg.data.side, cfg.data.test, cfg.data.val, cfg.data.seed)
+        for s, p in paths.items():
+            tmp = folder / f".{s}.tmp.npz"
+            D.save(parts[s], tmp)
+            tmp.replace(p)
+    return paths
+
+
+# --------------------------------------------------------------------------------------- models
+
+def build_expert(c: dict[str, Any], seed: int):
+    """A class-conditional tiny U-Net and its caption-token embedding (seeded)."""
+    import torch
+
+    from ...diffusion.model import Denoiser, tiny_unet
+
+    e = c["experts"]
+    torch.manual_seed(seed)
+    unet = tiny_unet(c["data"]["side"], e["channels"], e["attention_levels"], e["context_dim"], in_channels=1,
+                     head_dim=e["head_dim"], groups=e["groups_norm"])
+    return Denoiser(unet, None, vocab=D.CLASSES + 1)
+
+
+def save_expert(expert, folder: Path) -> None:
+    """The U-Net in diffusers' format (``load_unet`` reads it back), the token embedding beside it."""
+    import torch
+
+    expert.unet.save_pretrained(folder / "unet")
+    torch.save(expert.tokens.state_dict(), folder / "tokens.pt")
+
+
+def load_expert(folder: str):
+    import torch
+
+    from ...diffusion.model import Denoiser, load_unet
+
+    den = Denoiser(load_unet(str(Path(folder) / "unet"), subfolder=None), None, vocab=D.CLASSES + 1)
+    den.tokens.load_state_dict(torch.load(Path(folder) / "tokens.pt", map_location="cpu", weights_only=True))
+    return den.eval()
+
+
+def build_afa(c: dict[str, Any], experts: list, seed: int):
+    import torch
+
+    from .afa import AFA
+
+    a = c["aggregator"]
+    torch.manual_seed(seed)
+    return AFA(experts, hidden=a["hidden"], temb_dim=a["temb_dim"], context_dim=c["experts"]["context_dim"],
+               vocab=D.CLASSES + 1, head_dim=a["head_dim"], groups=a["groups"], out_init_std=a["out_init_std"])
+
+
+def aggregator_state(model) -> dict[str, Any]:
+    """What AFA trains: every parameter outside the frozen experts."""
+    return {k: v for k, v in model.state_dict().items() if not k.startswith("experts.")}
+
+
+def load_afa(c: dict[str, Any], experts: list[str], path: str):
+    import torch
+
+    model = build_afa(c, [load_expert(p) for p in experts], 0)
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    own = aggregator_state(model)
+    wrong = sorted(set(own) ^ set(saved)) + [k for k in own if k in saved and own[k].shape != saved[k].shape]
+    if wrong:
+        raise ValueError(f"{path} does not fit this ensemble of {len(experts)} experts (e.g. {wrong[0]})")
+    model.load_state_dict(saved, strict=False)
+    return model.eval()
+
+
+def diffusion_batch(digits: D.Digits, rng: np.random.Generator, n: int, dropout: float) -> dict[str, Any]:
+    """n random digits with their captions (a share ``dropout`` emptied), timesteps and noise."""
+    import torch
+
+    from ...diffusion.model import NULL
+
+    idx = rng.integers(0, len(digits), n)
+    tokens = D.tokens(digits.labels[idx])
+    tokens[torch.as_tensor(rng.random(n) < dropout)] = NULL
+    side = digits.images.shape[-1]
+    return {"x0": D.to_model(digits.images[idx]), "tokens": tokens, "t": torch.as_tensor(rng.integers(0, 1000, n)),
+            "noise": torch.as_tensor(rng.standard_normal((n, 1, side, side)), dtype=torch.float32)}
+
+
+def split_batch(batch: dict[str, Any], b: int) -> list[tuple[dict[str, Any], int]]:
+    n = len(batch["x0"])
+    return [({k: v[i:i + b] for k, v in batch.items()}, min(b, n - i)) for i in range(0, n, b)]
+
+
+class ExpertRecipe(Recipe):
+    """An expert: eps-prediction MSE on the digits of ``classes`` (all: the base and the control
+    experts), from the base's weights (``base``) or from scratch (the base itself)."""
+
+    def __init__(self, c: dict[str, Any], train_path: str, classes: list[int], base: str | None):
+        self.c, self.path, self.classes, self.base = c, train_path, list(classes), base
+
+    def setup(self) -> None:
+        import torch
+
+        from ...diffusion.sampling import ddpm
+
+        torch.set_num_threads(1)
+        self.digits = D.load(self.path).subset(self.classes)
+        self.scheduler = ddpm()
+
+    def build_model(self, cfg: TrainConfig):
+        return build_expert(self.c, cfg.seed) if self.base is None else load_expert(self.base).train()
+
+    def step_batches(self, step: int, cfg: TrainConfig) -> list[tuple[dict[str, Any], int]]:
+        rng = np.random.default_rng([cfg.seed, step])
+        batch = diffusion_batch(self.digits, rng, cfg.rows_per_step(), self.c["experts"]["caption_dropout"])
+        return split_batch(batch, cfg.micro_batch_size)
+
+    def loss(self, engine, batch: dict[str, Any]):
+        from .afa import ensemble_loss
+
+        module = getattr(engine, "module", engine)
+        return ensemble_loss(lambda x, t, tok: engine(x, t, module.context(tok)), self.scheduler, batch["x0"],
+                             batch["tokens"], batch["t"], batch["noise"]).sum()
+
+    def units(self, batch: dict[str, Any]) -> int:
+        return len(batch["x0"])
+
+    def save(self, engine, path: Path, rank: int, zero_stage: int) -> None:
+        if rank == 0:
+            save_expert(engine.module, path / "expert")
+
+
+class AFARecipe(Recipe):
+    """The aggregators of one expert set: the ensembled output's eps-prediction MSE on all training
+    digits, the experts frozen."""
+
+    def __init__(self, c: dict[str, Any], train_path: str, experts: list[str]):
+        self.c, self.path, self.experts = c, train_path, list(experts)
+
+    def setup(self) -> None:
+        import torch
+
+        from ...diffusion.sampling import ddpm
+
+        torch.set_num_threads(1)
+        self.digits = D.load(self.path)
+        self.scheduler = ddpm()
+
+    def build_model(self, cfg: TrainConfig):
+        return build_afa(self.c, [load_expert(p) for p in self.experts], cfg.seed).train()
+
+    def step_batches(self, step: int, cfg: TrainConfig) -> list[tuple[dict[str, Any], int]]:
+        rng = np.random.default_rng([cfg.seed, step])
+        batch = diffusion_batch(self.digits, rng, cfg.rows_per_step(), self.c["aggregator"]["caption_dropout"])
+        return split_batch(batch, cfg.micro_batch_size)
+
+    def loss(self, engine, batch: dict[str, Any]):
+        from .afa import ensemble_loss
+
+        return ensemble_loss(engine, self.scheduler, batch["x0"], batch["tokens"], batch["t"], batch["noise"]).sum()
+
+    def units(self, batch: dict[str, Any]) -> int:
+        return len(batch["x0"])
+
+    def save(self, engine, path: Path, rank: int, zero_stage: int) -> None:
+        import torch
+
+        if rank == 0:
+            path.mkdir(parents=True, exist_ok=True)
+            torch.save(aggregator_state(engine.module), path / "afa.pt")
+
+
+def train_config(name: str, steps: int, batch: int, lr: float, warmup: int, seed: int) -> TrainConfig:
+    return TrainConfig(model=name, micro_batch_size=batch, grad_accum=1, max_steps=steps, lr=lr, betas=(0.9, 0.999),
+                       weight_decay=0.0, schedule="constant", warmup_steps=warmup, grad_clip=1.0, zero_stage=0,
+                       num_workers=1, eval_every=0, log_every=max(1, min(25, steps // 20)),
+                       checkpoint_every=max(1, steps // 2), keep_checkpoints=1, max_failures=1, seed=seed)
+
+
+def loss_curve(storage: Path, name: str) -> list[list[float]]:
+    from ...llm.train import read_steps
+
+    return [[int(s["step"]), float(s["loss"])] for s in read_steps(storage, name)]
+
+
+@resumable
+def expert_trial(config: dict[str, Any], trial_dir: Path, *, c: dict[str, Any], cfg: Config, base: str,
+                 paths: dict[str, str]) -> dict[str, Any]:
+    """One expert fine-tuned from the base on its classes."""
+    from ...llm.train import fit_recipe
+
+    spec = config["spec"]
+    e = cfg.experts
+    tc = train_config(f"afa-expert-{spec['name']}", e.steps, e.batch, e.lr, e.warmup, int(spec["seed"]))
+    result = fit_recipe(tc, ExpertRecipe(c, paths["train"], spec["classes"], base), trial_dir, "expert")
+    loss = loss_curve(trial_dir, "expert")
+    return {"scores": {"loss": loss[-1][1] if loss else float("nan")},
+            "path": str(Path(result.checkpoint.path) / "expert"), "loss": loss}
+
+
+@resumable
+def afa_trial(config: dict[str, Any], trial_dir: Path, *, c: dict[str, Any], cfg: Config,
+              paths: dict[str, str]) -> dict[str, Any]:
+    """The aggregators of one expert set at one seed."""
+    from ...llm.train import fit_recipe
+
+    spec = config["spec"]
+    a = cfg.aggregator
+    tc = train_config(f"afa-{spec['label']}", a.steps, a.batch, a.lr, a.warmup, int(spec["seed"]))
+    result = fit_recipe(tc, AFARecipe(c, paths["train"], spec["experts"]), trial_dir, "afa")
+    loss = loss_curve(trial_dir, "afa")
+    return {"scores": {"loss": loss[-1][1] if loss else float("nan")},
+            "path": str(Path(result.checkpoint.path) / "afa.pt"), "loss": loss}
+
+
+# ------------------------------------------------------------------------------- Ray task bodies
+
+def train_classifier_task(c: dict[str, Any], paths: dict[str, str], out: str, seed: int) -> dict[str, Any]:
+    """The evaluator trained on the real training digits and saved; its accuracy on the held-out
+    real digits, the Fréchet distance between two halves of them (the floor at this size), and the
+    real digits of the sample grid."""
+    import torch
+
+    from ...diffusion.fid import frechet_distance
+    from .classify import DigitClassifier, accuracy, train_classifier
+
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    e = c["eval"]
+    train, test = D.load(paths["train"]), D.load(paths["test"])
+    model = DigitClassifier(c["data"]["side"], e["classifier_width"])
+    losses = train_classifier(model, train.images, train.labels, steps=e["classifier_steps"], batch=64, lr=3e-3,
+                              noise=e["classifier_noise"], seed=seed)
+    tmp = Path(out).with_suffix(".tmp")
+    torch.save(model.state_dict(), tmp)
+    tmp.replace(out)
+    x = D.to_model(test.images) / 2 + 0.5
+    f = model.features(x).detach().numpy()
+    half = len(f) // 2
+    first = [int(np.flatnonzero(test.labels == k)[0]) for k in range(D.CLASSES) if (test.labels == k).any()]
+    return {"path": out, "final_loss": float(np.mean(losses[-10:])), "accuracy_real": accuracy(model, x, test.labels),
+            "fid_real_halves": frechet_distance(f[:half], f[half:]),
+            "grid_real": test.images[first].tolist()}
+
+
+def load_classifier(c: dict[str, Any], path: str):
+    import torch
+
+    from .classify import DigitClassifier
+
+    model = DigitClassifier(c["data"]["side"], c["eval"]["classifier_width"])
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return model.eval()
+
+
+def val_rows(digits: D.Digits, n: int, seed: int) -> dict[str, Any]:
+    import torch
+
+    rng = np.random.default_rng([seed, 7])
+    idx = rng.permutation(len(digits))[:n] if n <= len(digits) else rng.integers(0, len(digits), n)
+    side = digits.images.shape[-1]
+    return {"x0": D.to_model(digits.images[idx]), "tokens": D.tokens(digits.labels[idx]),
+            "t": torch.as_tensor(rng.integers(0, 1000, len(idx))),
+            "noise": torch.as_tensor(rng.standard_normal((len(idx), 1, side, side)), dtype=torch.float32)}
+
+
+def merge_search_task(c: dict[str, Any], experts: list[str], paths: dict[str, str]) -> dict[str, Any]:
+    """Weighted merging and block-wise merging (MBW): the merge weights with the lowest MSE on the
+    validation digits (:func:`afa.search_merge`)."""
+    import torch
+
+    from ...diffusion.sampling import ddpm
+    from .afa import block_of, ensemble_loss, merge, search_merge
+
+    torch.set_num_threads(1)
+    models = [load_expert(p) for p in experts]
+    states = [m.state_dict() for m in models]
+    skeleton = load_expert(experts[0])
+    rows = val_rows(D.load(paths["val"]), c["merge"]["rows"], 0)
+    sched = ddpm()
+    blocks = sorted({block_of(k) for k in states[0]})
+
+    @torch.no_grad()
+    def loss_of(weights) -> float:
+        skeleton.load_state_dict(merge(states, weights))
+        return float(ensemble_loss(lambda x, t, tok: skeleton(x, t, skeleton.context(tok)), sched, rows["x0"],
+                                   rows["tokens"], rows["t"], rows["noise"]).mean())
+
+    m = c["merge"]
+    out = search_merge(loss_of, len(states), blocks, step=m["step"], sweeps=m["sweeps"])
+    out["weighted"] = list(out["weighted"])
+    out["blockwise"] = {b: list(w) for b, w in out["blockwise"].items()}
+    return out
+
+
+def build_method(c: dict[str, Any], method: dict[str, Any]):
+    """eps(x_t, t, tokens) of one evaluated model: an expert alone, the uniform output average, a
+    weight merge, or an AFA ensemble (returned as the model itself: its maps can be recorded)."""
+    from .afa import merge, output_average
+
+    kind = method["kind"]
+    if kind == "expert":
+        return output_average([load_expert(method["experts"][0])])
+    if kind == "uniform":
+        return output_average([load_expert(p) for p in method["experts"]])
+    if kind == "merge":
+        models = [load_expert(p) for p in method["experts"]]
+        w = method["weights"]
+        merged = load_expert(method["experts"][0])
+        merged.load_state_dict(merge([m.state_dict() for m in models], w))
+        return output_average([merged])
+    if kind == "afa":
+        return load_afa(c, method["experts"], method["afa"])
+    raise ValueError(f"unknown method kind {kind!r}")
+
+
+def mse_rows(test: D.Digits, draws: int, seed: int) -> dict[str, Any]:
+    """Every held-out digit ``draws`` times with its (t, noise), seeded: the same rows for every
+    model of a seed."""
+    import torch
+
+    rng = np.random.default_rng([seed, 11])
+    n, side = len(test) * draws, test.images.shape[-1]
+    idx = np.tile(np.arange(len(test)), draws)
+    return {"x0": D.to_model(test.images[idx]), "tokens": D.tokens(test.labels[idx]),
+            "labels": test.labels[idx], "t": torch.as_tensor(rng.integers(0, 1000, n)),
+            "noise": torch.as_tensor(rng.standard_normal((n, 1, side, side)), dtype=torch.float32)}
+
+
+def evaluate(c: dict[str, Any], method: dict[str, Any], seed: int, paths: dict[str, str], classifier: str,
+             generate: bool, grid: bool) -> dict[str, Any]:
+    """One model at one seed: the held-out denoising MSE (overall and per class); for an AFA model
+    the weight its maps give each expert, per row and location; with ``generate``, ``per_class``
+    digits per class drawn by DDIM with CFG from noise seeded by the seed, the classifier's accuracy
+    on them for the requested class and the Fréchet distance of its features to the real held-out
+    digits' (``grid``: the first digit of each class for the figure, and AFA's maps of them)."""
+    import torch
+
+    from ...diffusion.fid import frechet_distance
+    from ...diffusion.model import NULL
+    from ...diffusion.sampling import ddpm, sample, to_unit
+    from .afa import AFA, ensemble_loss
+
+    torch.set_num_threads(1)
+    e = c["eval"]
+    test = D.load(paths["test"])
+    model = build_method(c, method)
+    is_afa = isinstance(model, AFA)
+    sched = ddpm()
+    rows = mse_rows(test, e["draws"], seed)
+    per_row, weights = [], []
+    with torch.no_grad():
+        for i in range(0, len(rows["x0"]), e["batch"]):
+            if is_afa:
+                model.record = {}
+            per_row.append(ensemble_loss(model, sched, rows["x0"][i:i + e["batch"]], rows["tokens"][i:i + e["batch"]],
+                                         rows["t"][i:i + e["batch"]], rows["noise"][i:i + e["batch"]]))
+            if is_afa:  # (rows, locations, experts): each location's map averaged over its pixels
+                weights.append(torch.stack([a.mean((2, 3)) for a in model.record.values()], 1))
+                model.record = None
+    mse = torch.cat(per_row).numpy()
+    labels = rows["labels"]
+    out: dict[str, Any] = {"mse": float(mse.mean()),
+                           "mse_by_class": [float(mse[labels == k].mean()) for k in range(D.CLASSES)]}
+    if is_afa:
+        w = torch.cat(weights).numpy()
+        bins = np.minimum(rows["t"].numpy() * T_BINS // 1000, T_BINS - 1)
+        out["locations"] = [name for name, _ in model.where]
+        # per class: the mean weight of each expert at each location; per t bin and class likewise
+        out["weights_by_class"] = [w[labels == k].mean(0).tolist() for k in range(D.CLASSES)]
+        out["weights_by_class_t"] = [[w[(labels == k) & (bins == b)].mean(0).tolist()
+                                      if ((labels == k) & (bins == b)).any() else None for b in range(T_BINS)]
+                                     for k in range(D.CLASSES)]
+    if not generate:
+        return out
+    clf = load_classifier(c, classifier)
+    side = c["data"]["side"]
+    want = np.repeat(np.arange(D.CLASSES), e["per_class"])
+    gen = torch.Generator().manual_seed(seed)
+    images = []
+    for i in range(0, len(want), e["batch"]):
+        tok = D.tokens(want[i:i + e["batch"]])
+        x = sample(model, (len(tok), 1, side, side), tok, torch.full_like(tok, NULL), steps=e["steps"],
+                   guidance=e["guidance"], generator=gen)
+        images.append(to_unit(x))
+    images = torch.cat(images)
+    pred = clf(images).argmax(1).detach().numpy()
+    real = D.to_model(test.images) / 2 + 0.5
+    out.update({"accuracy": float((pred == want).mean()),
+                "accuracy_by_class": [float((pred[want == k] == k).mean()) for k in range(D.CLASSES)],
+                "fid": frechet_distance(clf.features(images).detach().numpy(), clf.features(real).detach().numpy()),
+                "pixel_std": float(images.std((2, 3)).mean())})
+    if grid:
+        first = np.arange(D.CLASSES) * e["per_class"]
+        out["grid"] = images[first, 0].numpy().round(3).tolist()
+        if is_afa:
+            shown = [int(np.flatnonzero(test.labels == k)[0]) for k in range(D.CLASSES) if (test.labels == k).any()]
+            shown = [shown[0], shown[-1]]  # a digit of the first expert's classes and one of the last's
+            out["maps"] = afa_maps(model, real[shown] * 2 - 1, test.labels[shown], e["map_timesteps"], seed)
+    return out
+
+
+def afa_maps(model, x0, labels: np.ndarray, timesteps: list[int], seed: int) -> dict[str, Any]:
+    """The aggregation maps (every location, every expert) for held-out digits noised to each of
+    ``timesteps`` (the same noise), for the figure."""
+    import torch
+
+    from ...diffusion.sampling import add_noise, ddpm
+
+    sched = ddpm()
+    noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(seed))
+    out = {"labels": [int(v) for v in labels], "timesteps": list(timesteps), "maps": []}
+    with torch.no_grad():
+        for t in timesteps:
+            tt = torch.full((len(x0),), t)
+            model.record = {}
+            model(add_noise(sched, x0, noise, tt), tt, D.tokens(labels))
+            out["maps"].append({k: v.numpy().round(3).tolist() for k, v in model.record.items()})
+            model.record = None
+    return out
+
+
+# ------------------------------------------------------------------------------------------- run
+
+def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
+    import ray
+
+    from ...llm.train import fit_recipe
+
+    c = recipe_dict(cfg)
+    paths = write_data(cfg, ctx)
+    e, a = cfg.experts, cfg.aggregator
+    clf_ref = ray.remote(num_cpus=1)(train_classifier_task).remote(
+        c, paths, str(ctx.run_dir.path / "classifier.pt"), cfg.seed)
+
+    ctx.say("training the common base on all digits (%d steps of %d) ...", e.base_steps, e.batch)
+    result = fit_recipe(train_config("afa-base", e.base_steps, e.batch, e.lr, e.warmup, cfg.seed),
+                        ExpertRecipe(c, paths["train"], list(range(D.CLASSES)), None), ctx.run_dir.path, "base")
+    base = str(Path(result.checkpoint.path) / "expert")
+    base_loss = loss_curve(ctx.run_dir.path, "base")
+
+    specs = [{"label": f"expert{i}", "name": f"expert{i}", "set": MAIN, "classes": g, "seed": cfg.seed + 1 + i}
+             for i, g in enumerate(e.groups)]
+    specs += [{"label": f"control{i}", "name": f"control{i}", "set": CONTROL, "classes": list(range(D.CLASSES)),
+               "seed": cfg.seed + 101 + i} for i in range(e.control)]
+    ctx.say("fine-tuning %d experts from the base (%d steps each, %d at a time) ...", len(specs), e.steps,
+            e.max_concurrent_trials)
+    trials = run_grid(expert_trial, specs, storage=ctx.run_dir.path / "tune", name="experts",
+                      max_concurrent_trials=e.max_concurrent_trials, c=c, cfg=cfg, base=base, paths=paths)
+    experts = {t.spec["name"]: t.final["path"] for t in trials}
+    expert_loss = {t.spec["name"]: t.final["loss"] for t in trials}
+    main = [experts[f"expert{i}"] for i in range(len(e.groups))]
+    control = [experts[f"control{i}"] for i in range(e.control)]
+    merge_ref = ray.remote(num_cpus=1)(merge_search_task).remote(c, main, paths)
+
+    sets = {MAIN: main, **{f"first{k}": main[:k] for k in a.sizes}, **({CONTROL: control} if control else {})}
+    seeds = [cfg.seed + s for s in range(a.seeds)]
+    afa_specs = [{"label": f"{name}-seed{s}", "set": name, "experts": ex, "seed": s}
+                 for s in seeds for name, ex in sets.items()]
+    ctx.say("training the aggregators: %d expert sets x %d seeds (%d steps of %d) ...", len(sets), len(seeds), a.steps,
+            a.batch)
+    afa = run_grid(afa_trial, afa_specs, storage=ctx.run_dir.path / "tune", name="aggregators",
+                   max_concurrent_trials=a.max_concurrent_trials, c=c, cfg=cfg, paths=paths)
+    clf = ray.get(clf_ref)
+    merges = ray.get(merge_ref)
+    ctx.log(stage="merge", **{k: v for k, v in merges.items() if k.endswith("loss")})
+
+    methods: dict[str, tuple[dict[str, Any], bool]] = {}  # name -> (method, generate)
+    for i, p in enumerate(main):
+        methods[f"expert{i}"] = ({"kind": "expert", "experts": [p]}, True)
+    methods["uniform"] = ({"kind": "uniform", "experts": main}, True)
+    methods["weighted_merge"] = ({"kind": "merge", "experts": main, "weights": merges["weighted"]}, True)
+    methods["blockwise_merge"] = ({"kind": "merge", "experts": main, "weights": merges["blockwise"]}, True)
+    for k in a.sizes:
+        methods[f"uniform_first{k}"] = ({"kind": "uniform", "experts": main[:k]}, False)
+    for i, p in enumerate(control):
+        methods[f"control{i}"] = ({"kind": "expert", "experts": [p]}, False)
+    if control:
+        methods["control_uniform"] = ({"kind": "uniform", "experts": control}, False)
+    task = ray.remote(num_cpus=1)(evaluate)
+    jobs = []
+    for t in afa:
+        name = "afa" if t.spec["set"] == MAIN else f"afa_{t.spec['set']}"
+        spec = {"kind": "afa", "experts": t.spec["experts"], "afa": t.final["path"]}
+        jobs.append(((name, t.spec["seed"]), task.remote(c, spec, t.spec["seed"], paths, clf["path"],
+                                                         t.spec["set"] == MAIN, t.spec["seed"] == seeds[0])))
+    for name, (spec, gen) in methods.items():
+        jobs += [((name, s), task.remote(c, spec, s, paths, clf["path"], gen, s == seeds[0])) for s in seeds]
+    got = ctx.wait_all([r for _, r in jobs], f"scoring {len(jobs)} (model, seed) pairs")
+    scores: dict[str, dict[str, Any]] = {}
+    grids: dict[str, Any] = {}
+    maps = None
+    for (name, s), v in zip([j for j, _ in jobs], got):
+        if "grid" in v:
+            grids[name] = v.pop("grid")
+        if "maps" in v:
+            maps = v.pop("maps")
+        scores.setdefault(name, {})[str(s)] = v
+    for name, per in scores.items():
+        keys = [k for k in ("mse", "fid", "accuracy") if k in next(iter(per.values()))]
+        ctx.log(stage="eval", model=name, **{k: float(np.mean([p[k] for p in per.values()])) for k in keys})
+    return {"groups": e.groups, "seeds": seeds, "scores": scores, "merges": merges, "sizes": list(a.sizes),
+            "n_experts": len(main), "control": e.control,
+            "classifier": {k: v for k, v in clf.items() if k not in ("path", "grid_real")},
+            "grids": {"real": clf["grid_real"], **grids}, "maps": maps,
+            "loss": {"base": base_loss, **expert_loss,
+                     **{f"afa_{t.spec['set']}-seed{t.spec['seed']}": t.final["loss"] for t in afa}},
+            "side": cfg.data.side, "per_class": cfg.eval.per_class,
+            "split": {s: len(D.load(p)) for s, p in paths.items()}}
