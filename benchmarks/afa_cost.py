@@ -20,8 +20,6 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -31,16 +29,7 @@ from iclr_ray.studies.afa import data as D  # noqa: E402
 from iclr_ray.studies.afa.afa import ensemble_loss, output_average  # noqa: E402
 from iclr_ray.studies.afa.config import Config  # noqa: E402
 from iclr_ray.studies.afa.run import build_afa, build_expert, recipe_dict  # noqa: E402
-
-
-def timed(fn, repeats: int) -> float:
-    fn()  # warm-up
-    out = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return statistics.median(out)
+from _timing import timed  # noqa: E402  (benchmarks/_timing.py)
 
 
 def main() -> None:

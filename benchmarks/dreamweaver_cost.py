@@ -19,24 +19,13 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from iclr_ray.studies.dreamweaver import data as D  # noqa: E402
 from iclr_ray.studies.dreamweaver import dreamweaver as W  # noqa: E402
-
-
-def timed(fn, repeats: int) -> float:
-    fn()  # warm-up
-    out = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return statistics.median(out)
+from _timing import timed  # noqa: E402  (benchmarks/_timing.py)
 
 
 def main() -> None:
