@@ -429,12 +429,13 @@ def evaluate(c: dict[str, Any], method: dict[str, Any], seed: int, paths: dict[s
                    guidance=e["guidance"], generator=gen)
         images.append(to_unit(x))
     images = torch.cat(images)
-    pred = clf(images).argmax(1).detach().numpy()
     real = D.to_model(test.images) / 2 + 0.5
+    with torch.no_grad():
+        pred = clf(images).argmax(1).numpy()
+        fid = frechet_distance(clf.features(images).numpy(), clf.features(real).numpy())
     out.update({"accuracy": float((pred == want).mean()),
                 "accuracy_by_class": [float((pred[want == k] == k).mean()) for k in range(D.CLASSES)],
-                "fid": frechet_distance(clf.features(images).detach().numpy(), clf.features(real).detach().numpy()),
-                "pixel_std": float(images.std((2, 3)).mean())})
+                "fid": fid, "pixel_std": float(images.std((2, 3)).mean())})
     if grid:
         first = np.arange(D.CLASSES) * e["per_class"]
         out["grid"] = images[first, 0].numpy().round(3).tolist()
