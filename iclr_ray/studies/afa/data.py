@@ -29,22 +29,17 @@ class Digits:
         keep = np.isin(self.labels, list(classes))
         return Digits(self.images[keep], self.labels[keep])
 
-
-def upsample(images: np.ndarray, side: int) -> np.ndarray:
-    from scipy import ndimage
-
-    if images.shape[-1] == side:
-        return images.astype(np.float32)
-    return np.stack([np.clip(ndimage.zoom(im, side / im.shape[-1], order=1), 0, 1) for im in images]).astype(np.float32)
+    def first_of_each_class(self) -> list[int]:
+        """The index of each present class's first digit, by class."""
+        return [int(np.flatnonzero(self.labels == k)[0]) for k in range(CLASSES) if (self.labels == k).any()]
 
 
 def split(side: int, test: int, val: int, seed: int = 0) -> dict[str, Digits]:
     """The three splits: ``test`` and ``val`` digits drawn per class in proportion (stratified,
     seeded), the rest for training."""
-    from sklearn.datasets import load_digits
+    from ...corpora import digits
 
-    d = load_digits()
-    images, labels = upsample(d.images / 16.0, side), d.target.astype(np.int64)
+    images, labels = digits(side)
     if test + val >= len(labels):
         raise DataError(f"data.test {test} + data.val {val} leave no training digits of {len(labels)}")
     rng = np.random.default_rng(seed)
@@ -84,3 +79,18 @@ def tokens(labels: np.ndarray):
     import torch
 
     return torch.as_tensor(np.asarray(labels, np.int64) + 1).view(-1, 1)
+
+
+def noised_rows(digits: Digits, idx: np.ndarray, rng: np.random.Generator, dropout: float | None = None):
+    """Diffusion rows for the digits ``idx``: x0 in model space, captions (with ``dropout``, a share
+    of them emptied, drawn first), then t ~ U{0..999} and Gaussian noise, in that order from ``rng``."""
+    import torch
+
+    from ...diffusion.model import NULL
+
+    n, side = len(idx), digits.images.shape[-1]
+    caption = tokens(digits.labels[idx])
+    if dropout is not None:
+        caption[torch.as_tensor(rng.random(n) < dropout)] = NULL
+    return {"x0": to_model(digits.images[idx]), "tokens": caption, "t": torch.as_tensor(rng.integers(0, 1000, n)),
+            "noise": torch.as_tensor(rng.standard_normal((n, 1, side, side)), dtype=torch.float32)}

@@ -185,13 +185,10 @@ def _renderings(split_of_image: np.ndarray, objs: np.ndarray, n_attrs: int, seen
 
 
 def upsampled_digits() -> tuple[np.ndarray, np.ndarray]:
-    """scikit-learn's digits as (n, 16, 16) images in [0, 1] and their labels."""
-    from scipy import ndimage
-    from sklearn.datasets import load_digits
+    """scikit-learn's digits as (n, 16, 16) images in [0, 1] and their labels (``corpora.digits``)."""
+    from ...corpora import digits
 
-    d = load_digits()
-    imgs = np.stack([np.clip(ndimage.zoom(im / 16.0, SIDE / 8, order=1), 0, 1) for im in d.images])
-    return imgs.astype(np.float32), d.target.astype(np.int64)
+    return digits(SIDE)
 
 
 def render(img: np.ndarray, attr: int, obj: int, multimodal: bool, rng: np.random.Generator) -> np.ndarray:
