@@ -89,6 +89,35 @@ class Denoiser(nn.Module):
         return self.unet(x, t, encoder_hidden_states=context, **extra).sample
 
 
+def save_denoiser(denoiser: Denoiser, folder) -> None:
+    """The U-Net (and the ControlNet, if any) in diffusers' format under ``folder`` (``unet/``,
+    ``controlnet/``), the caption-token embedding (if any) beside them as ``tokens.pt``."""
+    from pathlib import Path
+
+    folder = Path(folder)
+    denoiser.unet.save_pretrained(folder / "unet")
+    if denoiser.controlnet is not None:
+        denoiser.controlnet.save_pretrained(folder / "controlnet")
+    if denoiser.tokens is not None:
+        torch.save(denoiser.tokens.state_dict(), folder / "tokens.pt")
+
+
+def load_denoiser(folder, vocab: int = 0, controlnet: str | None = None) -> Denoiser:
+    """A :class:`Denoiser` saved by :func:`save_denoiser`, in eval mode: its ControlNet from
+    ``controlnet`` (a folder or HF id) when given, else the one saved beside the U-Net if any; its
+    ``vocab`` token embedding from ``tokens.pt``."""
+    from pathlib import Path
+
+    folder = Path(folder)
+    unet = load_unet(str(folder / "unet"), subfolder=None)
+    if controlnet is None and (folder / "controlnet").is_dir():
+        controlnet = str(folder / "controlnet")
+    den = Denoiser(unet, load_controlnet(controlnet) if controlnet else None, vocab=vocab)
+    if vocab:
+        den.tokens.load_state_dict(torch.load(folder / "tokens.pt", map_location="cpu", weights_only=True))
+    return den.eval()
+
+
 def freeze(module: nn.Module) -> nn.Module:
     """No gradients for ``module``'s parameters (a frozen U-Net under a trained ControlNet)."""
     for p in module.parameters():

@@ -128,27 +128,18 @@ def build_denoiser(c: dict[str, Any], seed: int):
 
 
 def save_denoiser(denoiser, folder: Path) -> None:
-    """The U-Net and the ControlNet in diffusers' format (``load_unet`` / ``load_controlnet`` read
-    them back), the token embedding beside them."""
-    import torch
+    """The U-Net, the ControlNet and the token embedding (``diffusion.model.save_denoiser``)."""
+    from ...diffusion.model import save_denoiser as save
 
-    denoiser.unet.save_pretrained(folder / "unet")
-    denoiser.controlnet.save_pretrained(folder / "controlnet")
-    torch.save(denoiser.tokens.state_dict(), folder / "tokens.pt")
+    save(denoiser, folder)
 
 
 def load_denoiser(base: str, controlnet: str | None = None):
     """The pretrained generator from its folder; ``controlnet``: a post-trained ControlNet's folder
     in place of the base's."""
-    import torch
+    from ...diffusion.model import load_denoiser as load
 
-    from ...diffusion.model import Denoiser, load_controlnet, load_unet
-
-    unet = load_unet(str(Path(base) / "unet"), subfolder=None)
-    ctrl = load_controlnet(controlnet or str(Path(base) / "controlnet"))
-    den = Denoiser(unet, ctrl, vocab=D.CLASSES + 1)
-    den.tokens.load_state_dict(torch.load(Path(base) / "tokens.pt", map_location="cpu", weights_only=True))
-    return den.eval()
+    return load(base, D.CLASSES + 1, controlnet)
 
 
 def draw(denoiser, masks: np.ndarray, *, steps: int, guidance: float, seed: int, batch: int):
