@@ -23,7 +23,6 @@ from .config import Config
 
 MAIN, CONTROL = "main", "control"
 """the expert sets: the class-specific experts, and the near-identical pair"""
-T_BINS = 10
 
 
 def prepare(cfg: Config):
@@ -71,21 +70,16 @@ def build_expert(c: dict[str, Any], seed: int):
 
 
 def save_expert(expert, folder: Path) -> None:
-    """The U-Net in diffusers' format (``load_unet`` reads it back), the token embedding beside it."""
-    import torch
+    """The U-Net and its token embedding (``diffusion.model.save_denoiser``)."""
+    from ...diffusion.model import save_denoiser
 
-    expert.unet.save_pretrained(folder / "unet")
-    torch.save(expert.tokens.state_dict(), folder / "tokens.pt")
+    save_denoiser(expert, folder)
 
 
 def load_expert(folder: str):
-    import torch
+    from ...diffusion.model import load_denoiser
 
-    from ...diffusion.model import Denoiser, load_unet
-
-    den = Denoiser(load_unet(str(Path(folder) / "unet"), subfolder=None), None, vocab=D.CLASSES + 1)
-    den.tokens.load_state_dict(torch.load(Path(folder) / "tokens.pt", map_location="cpu", weights_only=True))
-    return den.eval()
+    return load_denoiser(folder, D.CLASSES + 1)
 
 
 def build_afa(c: dict[str, Any], experts: list, seed: int):
@@ -119,16 +113,7 @@ def load_afa(c: dict[str, Any], experts: list[str], path: str):
 
 def diffusion_batch(digits: D.Digits, rng: np.random.Generator, n: int, dropout: float) -> dict[str, Any]:
     """n random digits with their captions (a share ``dropout`` emptied), timesteps and noise."""
-    import torch
-
-    from ...diffusion.model import NULL
-
-    idx = rng.integers(0, len(digits), n)
-    tokens = D.tokens(digits.labels[idx])
-    tokens[torch.as_tensor(rng.random(n) < dropout)] = NULL
-    side = digits.images.shape[-1]
-    return {"x0": D.to_model(digits.images[idx]), "tokens": tokens, "t": torch.as_tensor(rng.integers(0, 1000, n)),
-            "noise": torch.as_tensor(rng.standard_normal((n, 1, side, side)), dtype=torch.float32)}
+    return D.noised_rows(digits, rng.integers(0, len(digits), n), rng, dropout)
 
 
 def split_batch(batch: dict[str, Any], b: int) -> list[tuple[dict[str, Any], int]]:
@@ -282,10 +267,9 @@ def train_classifier_task(c: dict[str, Any], paths: dict[str, str], out: str, se
     x = D.to_model(test.images) / 2 + 0.5
     f = model.features(x).detach().numpy()
     half = len(f) // 2
-    first = [int(np.flatnonzero(test.labels == k)[0]) for k in range(D.CLASSES) if (test.labels == k).any()]
     return {"path": out, "final_loss": float(np.mean(losses[-10:])), "accuracy_real": accuracy(model, x, test.labels),
             "fid_real_halves": frechet_distance(f[:half], f[half:]),
-            "grid_real": test.images[first].tolist()}
+            "grid_real": test.images[test.first_of_each_class()].tolist()}
 
 
 def load_classifier(c: dict[str, Any], path: str):
@@ -299,14 +283,9 @@ def load_classifier(c: dict[str, Any], path: str):
 
 
 def val_rows(digits: D.Digits, n: int, seed: int) -> dict[str, Any]:
-    import torch
-
     rng = np.random.default_rng([seed, 7])
     idx = rng.permutation(len(digits))[:n] if n <= len(digits) else rng.integers(0, len(digits), n)
-    side = digits.images.shape[-1]
-    return {"x0": D.to_model(digits.images[idx]), "tokens": D.tokens(digits.labels[idx]),
-            "t": torch.as_tensor(rng.integers(0, 1000, len(idx))),
-            "noise": torch.as_tensor(rng.standard_normal((len(idx), 1, side, side)), dtype=torch.float32)}
+    return D.noised_rows(digits, idx, rng)
 
 
 def merge_search_task(c: dict[str, Any], experts: list[str], paths: dict[str, str]) -> dict[str, Any]:
@@ -359,110 +338,30 @@ def build_method(c: dict[str, Any], method: dict[str, Any]):
     raise ValueError(f"unknown method kind {kind!r}")
 
 
-def mse_rows(test: D.Digits, draws: int, seed: int) -> dict[str, Any]:
-    """Every held-out digit ``draws`` times with its (t, noise), seeded: the same rows for every
-    model of a seed."""
-    import torch
-
-    rng = np.random.default_rng([seed, 11])
-    n, side = len(test) * draws, test.images.shape[-1]
-    idx = np.tile(np.arange(len(test)), draws)
-    return {"x0": D.to_model(test.images[idx]), "tokens": D.tokens(test.labels[idx]),
-            "labels": test.labels[idx], "t": torch.as_tensor(rng.integers(0, 1000, n)),
-            "noise": torch.as_tensor(rng.standard_normal((n, 1, side, side)), dtype=torch.float32)}
-
-
 def evaluate(c: dict[str, Any], method: dict[str, Any], seed: int, paths: dict[str, str], classifier: str,
              generate: bool, grid: bool) -> dict[str, Any]:
-    """One model at one seed: the held-out denoising MSE (overall and per class); for an AFA model
-    the weight its maps give each expert, per row and location; with ``generate``, ``per_class``
-    digits per class drawn by DDIM with CFG from noise seeded by the seed, the classifier's accuracy
-    on them for the requested class and the Fréchet distance of its features to the real held-out
-    digits' (``grid``: the first digit of each class for the figure, and AFA's maps of them)."""
+    """One model at one seed (:mod:`.scoring`): the held-out denoising MSE, and AFA's maps; with
+    ``generate``, its generated digits scored by the classifier (``grid``: the figure's digits, and
+    AFA's maps of two held-out digits over timesteps)."""
     import torch
 
-    from ...diffusion.fid import frechet_distance
-    from ...diffusion.model import NULL
-    from ...diffusion.sampling import ddpm, sample, to_unit
-    from .afa import AFA, ensemble_loss
+    from . import scoring
+    from .afa import AFA
 
     torch.set_num_threads(1)
     e = c["eval"]
     test = D.load(paths["test"])
     model = build_method(c, method)
-    is_afa = isinstance(model, AFA)
-    sched = ddpm()
-    rows = mse_rows(test, e["draws"], seed)
-    per_row, weights = [], []
-    with torch.no_grad():
-        for i in range(0, len(rows["x0"]), e["batch"]):
-            if is_afa:
-                model.record = {}
-            per_row.append(ensemble_loss(model, sched, rows["x0"][i:i + e["batch"]], rows["tokens"][i:i + e["batch"]],
-                                         rows["t"][i:i + e["batch"]], rows["noise"][i:i + e["batch"]]))
-            if is_afa:  # (rows, locations, experts): each location's map averaged over its pixels
-                weights.append(torch.stack([a.mean((2, 3)) for a in model.record.values()], 1))
-                model.record = None
-    mse = torch.cat(per_row).numpy()
-    labels = rows["labels"]
-    out: dict[str, Any] = {"mse": float(mse.mean()),
-                           "mse_by_class": [float(mse[labels == k].mean()) for k in range(D.CLASSES)]}
-    if is_afa:
-        w = torch.cat(weights).numpy()
-        bins = np.minimum(rows["t"].numpy() * T_BINS // 1000, T_BINS - 1)
-        out["locations"] = [name for name, _ in model.where]
-        # per class: the mean weight of each expert at each location; per t bin and class likewise
-        out["weights_by_class"] = [w[labels == k].mean(0).tolist() for k in range(D.CLASSES)]
-        out["weights_by_class_t"] = [[w[(labels == k) & (bins == b)].mean(0).tolist()
-                                      if ((labels == k) & (bins == b)).any() else None for b in range(T_BINS)]
-                                     for k in range(D.CLASSES)]
+    out = scoring.denoising(model, scoring.mse_rows(test, e["draws"], seed), e["batch"])
     if not generate:
         return out
-    clf = load_classifier(c, classifier)
-    side = c["data"]["side"]
-    want = np.repeat(np.arange(D.CLASSES), e["per_class"])
-    gen = torch.Generator().manual_seed(seed)
-    images = []
-    for i in range(0, len(want), e["batch"]):
-        tok = D.tokens(want[i:i + e["batch"]])
-        x = sample(model, (len(tok), 1, side, side), tok, torch.full_like(tok, NULL), steps=e["steps"],
-                   guidance=e["guidance"], generator=gen)
-        images.append(to_unit(x))
-    images = torch.cat(images)
-    real = D.to_model(test.images) / 2 + 0.5
-    with torch.no_grad():
-        pred = clf(images).argmax(1).numpy()
-        fid = frechet_distance(clf.features(images).numpy(), clf.features(real).numpy())
-    out.update({"accuracy": float((pred == want).mean()),
-                "accuracy_by_class": [float((pred[want == k] == k).mean()) for k in range(D.CLASSES)],
-                "fid": fid, "pixel_std": float(images.std((2, 3)).mean())})
-    if grid:
-        first = np.arange(D.CLASSES) * e["per_class"]
-        out["grid"] = images[first, 0].numpy().round(3).tolist()
-        if is_afa:
-            shown = [int(np.flatnonzero(test.labels == k)[0]) for k in range(D.CLASSES) if (test.labels == k).any()]
-            shown = [shown[0], shown[-1]]  # a digit of the first expert's classes and one of the last's
-            out["maps"] = afa_maps(model, real[shown] * 2 - 1, test.labels[shown], e["map_timesteps"], seed)
-    return out
-
-
-def afa_maps(model, x0, labels: np.ndarray, timesteps: list[int], seed: int) -> dict[str, Any]:
-    """The aggregation maps (every location, every expert) for held-out digits noised to each of
-    ``timesteps`` (the same noise), for the figure."""
-    import torch
-
-    from ...diffusion.sampling import add_noise, ddpm
-
-    sched = ddpm()
-    noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(seed))
-    out = {"labels": [int(v) for v in labels], "timesteps": list(timesteps), "maps": []}
-    with torch.no_grad():
-        for t in timesteps:
-            tt = torch.full((len(x0),), t)
-            model.record = {}
-            model(add_noise(sched, x0, noise, tt), tt, D.tokens(labels))
-            out["maps"].append({k: v.numpy().round(3).tolist() for k, v in model.record.items()})
-            model.record = None
+    out.update(scoring.generated(model, load_classifier(c, classifier), test, per_class=e["per_class"],
+                                 steps=e["steps"], guidance=e["guidance"], batch=e["batch"], seed=seed, grid=grid))
+    if grid and isinstance(model, AFA):
+        shown = test.first_of_each_class()
+        shown = [shown[0], shown[-1]]  # a digit of the first expert's classes and one of the last's
+        out["maps"] = scoring.afa_maps(model, D.to_model(test.images[shown]), test.labels[shown],
+                                       e["map_timesteps"], seed)
     return out
 
 
