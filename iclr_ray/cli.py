@@ -37,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--config", metavar="FILE", help="YAML file of config values (over the preset)")
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override one value, dots for nesting (repeatable; applied last)")
-    r.add_argument("--out", metavar="DIR", help="run directory (default: runs/<study>/<preset>-<time>)")
+    r.add_argument("--out", metavar="DIR", help="run directory, a path or a URI such as s3://bucket/runs/x "
+                   "(default: $ICLR_RAY_STORAGE or runs, then /<study>/<preset>-<time>)")
     r.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else embedded local Ray)")
 
     sw = sub.add_parser("sweep", help="a Ray Tune sweep of a study's recipe over a search space")
@@ -50,8 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--scheduler", choices=("fifo", "early"), default="early",
                     help="early: stop trials whose early grad-norm/loss profile ranks badly (default); "
                          "fifo: run every trial to the end")
-    sw.add_argument("--out", metavar="DIR", help="sweep directory (default: runs/<study>/sweep-<preset>-<time>)")
-    sw.add_argument("--resume", metavar="DIR", help="finish an interrupted sweep in DIR (Tuner.restore)")
+    sw.add_argument("--out", metavar="DIR", help="sweep directory, a path or a URI (default: $ICLR_RAY_STORAGE or "
+                    "runs, then /<study>/sweep-<preset>-<time>)")
+    sw.add_argument("--resume", metavar="DIR", help="finish an interrupted sweep in DIR, a path or a URI (Tuner.restore)")
     sw.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else embedded local Ray)")
 
     sv = sub.add_parser("serve", help="serve a model over OpenAI-compatible HTTP with Ray Serve")
@@ -73,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else embedded local Ray)")
 
     rep = sub.add_parser("report", help="re-render report.md and the claims table of a run directory")
-    rep.add_argument("run_dir")
+    rep.add_argument("run_dir", help="a run directory: a path or a URI (s3://...)")
 
     d = sub.add_parser("doctor", help="what is installed, whether Ray is reachable, GPU or not")
     d.add_argument("--address", help="check this Ray cluster (default: $RAY_ADDRESS)")
@@ -142,13 +144,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     study = studies.get(args.study)
     cfg = resolve(study.config, study.presets, args.preset, args.config, args.sets)
     run_dir = RunDir(args.out or default_run_dir(study.id, args.preset))
+    check_storage(study, run_dir)
     config_yaml = to_yaml(cfg)
-    earlier = run_dir.path / "config.yaml"
-    if earlier.is_file() and not (run_dir.path / "result.json").exists() and earlier.read_text() != config_yaml:
-        raise ConfigError(f"{run_dir.path} holds an unfinished run of another config; rerun it with the same "
+    earlier = run_dir.read_text("config.yaml")
+    if earlier is not None and run_dir.read_text("result.json") is None and earlier != config_yaml:
+        raise ConfigError(f"{run_dir} holds an unfinished run of another config; rerun it with the same "
                           "config to resume it, or choose another --out")
     s = _start(args, cfg, run_dir, config_yaml)
-    log.info("# %s (%s) -> %s\n# resolved config:\n%s", study.id, args.preset, run_dir.path, config_yaml.rstrip())
+    log.info("# %s (%s) -> %s\n# resolved config:\n%s", study.id, args.preset, run_dir, config_yaml.rstrip())
     from .runtime import connect, hardware
 
     start = time.monotonic()
@@ -163,8 +166,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_dir.write_result(result)  # first: a figure that fails to draw loses nothing (`iclr-ray report` redraws)
     _render(study, cfg, run_dir, result)
     print(f"\n{claims_table(claims)}\n\n{summary_line(claims, checks)} in {seconds:.1f} s; "
-          f"report: {run_dir.path / 'report.md'}")
+          f"report: {run_dir.storage('report.md')}")
     return 0
+
+
+def check_storage(study: studies.Study, run_dir: RunDir) -> None:
+    """A URI run directory only for a study whose trials and tasks write through the run's storage
+    (the others still hand local paths between nodes: they need a path every node mounts)."""
+    if run_dir.remote and not study.entry.uri_storage:
+        able = [e.id for e in studies.REGISTRY.values() if e.uri_storage]
+        raise ConfigError(f"{study.id} cannot write its run to {run_dir} yet: its trials and tasks exchange files by "
+                          f"local path; use a path every node mounts (NFS), or one of {', '.join(able)}")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -176,14 +188,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     if args.resume:
         run_dir = RunDir(args.resume)
-        saved = run_dir.path / "config.yaml"
-        if not saved.is_file():
-            raise ConfigError(f"--resume {run_dir.path}: no config.yaml there (not a sweep directory)")
-        if (run_dir.path / "result.json").exists():
-            raise RunDirError(f"{run_dir.path} already holds a finished sweep")
-        cfg = resolve(study.config, study.presets, args.preset, str(saved), [])
+        check_storage(study, run_dir)
+        if run_dir.read_text("config.yaml") is None:
+            raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a sweep directory)")
+        if run_dir.read_text("result.json") is not None:
+            raise RunDirError(f"{run_dir} already holds a finished sweep")
+        run_dir.pull()
+        cfg = resolve(study.config, study.presets, args.preset, str(run_dir.path / "config.yaml"), [])
     else:
         run_dir = RunDir(args.out or default_run_dir(study.id, f"sweep-{args.preset}"))
+        check_storage(study, run_dir)
         cfg = resolve(study.config, study.presets, args.preset, args.config, args.sets)
     space = load_space(args.space, study.config, base=cfg.model_dump(mode="json"))
     outside = [k for k in space.params if not k.startswith(study.sweepable)]
@@ -191,7 +205,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.space}: {', '.join(outside)} cannot vary between trials; "
                           f"a {study.id} sweep varies keys under {', '.join(study.sweepable)}")
     s = _start(args, cfg, run_dir, None if args.resume else to_yaml(cfg))
-    log.info("# %s sweep over %s (%s) -> %s", study.id, args.space, args.scheduler, run_dir.path)
+    log.info("# %s sweep over %s (%s) -> %s", study.id, args.space, args.scheduler, run_dir)
     from .runtime import connect, hardware
 
     start = time.monotonic()
@@ -207,7 +221,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     best = summary.get("best") or {}
     print(f"\n{ranking(summary)}\n\nbest: {best.get('params')} {space.metric}={best.get(space.metric)} "
           f"({summary['finished']}/{summary['trials']} trials finished) in {seconds:.0f} s; "
-          f"report: {run_dir.path / 'report.md'}")
+          f"report: {run_dir.storage('report.md')}")
     return 0
 
 
@@ -248,8 +262,7 @@ def _ray_initialized() -> bool:
 
 def _render(study: studies.Study, cfg, run_dir: RunDir, result: dict) -> None:
     """plots/*.png and report.md from a run's result (both pure functions of its metrics)."""
-    for path in run_dir.plots.glob("*.png"):
-        path.unlink()  # a redraw leaves only the figures the study draws now
+    run_dir.clear_plots()  # a redraw leaves only the figures the study draws now
     run_dir.save_plots(study.plots(result["metrics"], cfg))
     run_dir.write_report(result, f"{study.title} — reproduction report", study.report_md(result["metrics"], cfg))
 
@@ -258,20 +271,21 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Recompute a run's claims, figures and report.md from its result.json (a sweep: its report)."""
     run_dir = RunDir(args.run_dir)
     result = run_dir.read_result()
+    run_dir.pull()
     study = studies.get(result.get("study", "?"))
     if result.get("kind") == "sweep":  # a sweep has no claims; its ranking is the report
         run_dir.write_report(result, f"{study.title} — sweep")
-        print(f"{ranking(result['metrics'])}\n\nreport: {run_dir.path / 'report.md'}")
+        print(f"{ranking(result['metrics'])}\n\nreport: {run_dir.storage('report.md')}")
         return 0
     try:
         cfg = study.config.model_validate(result["config"])
     except Exception as exc:  # a result.json written by an older, incompatible config
-        raise ConfigError(f"{run_dir.path}/result.json: config no longer valid for {study.id}: {exc}") from None
+        raise ConfigError(f"{run_dir.storage('result.json')}: config no longer valid for {study.id}: {exc}") from None
     claims, checks = split(study.claims(result["metrics"], cfg))
     result["claims"], result["checks"] = [c.to_dict() for c in claims], [c.to_dict() for c in checks]
     run_dir.write_result(result)
     _render(study, cfg, run_dir, result)
-    print(f"{claims_table(claims)}\n\n{summary_line(claims, checks)}; report: {run_dir.path / 'report.md'}")
+    print(f"{claims_table(claims)}\n\n{summary_line(claims, checks)}; report: {run_dir.storage('report.md')}")
     return 0
 
 

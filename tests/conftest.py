@@ -23,8 +23,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
-# Token authentication (on by default in Ray 2.60) must be on for every client of the cluster.
+# Token authentication (on by default in Ray 2.60) must be on for every client of the cluster, and
+# every process (the head, the nodes, drivers, `ray job`) needs the token: without a token file
+# (a fresh machine has none) the session makes one up and hands it on through the environment.
 os.environ.setdefault("RAY_AUTH_MODE", "token")
+if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+        or (Path.home() / ".ray" / "auth_token").is_file()):
+    import secrets
+
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # Status lines (iclr_ray.log) stay quiet in tests; a test that reads them sets the level itself.
 os.environ.setdefault("ICLR_RAY_LOG_LEVEL", "WARNING")
@@ -164,3 +171,61 @@ def wait_serving():
         pytest.fail(f"{base} did not start serving within {timeout:.0f} s")
 
     return wait
+
+
+@dataclass
+class S3:
+    endpoint: str
+    env: dict
+    """AWS_* variables that send boto3 and pyarrow's S3 filesystem to this server"""
+
+    def client(self):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.env["AWS_ACCESS_KEY_ID"],
+                            aws_secret_access_key=self.env["AWS_SECRET_ACCESS_KEY"],
+                            region_name=self.env["AWS_DEFAULT_REGION"])
+
+    def bucket(self, name: str) -> str:
+        """A new, empty bucket; returns ``s3://name``."""
+        self.client().create_bucket(Bucket=name)
+        return f"s3://{name}"
+
+    def keys(self, uri: str) -> list[str]:
+        """Every object key under ``s3://bucket/prefix``, relative to the prefix."""
+        bucket, _, prefix = uri[len("s3://"):].partition("/")
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        out = []
+        for page in self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            out += [o["Key"][len(prefix):] for o in page.get("Contents", [])]
+        return sorted(out)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """An S3-compatible server (moto's) on 127.0.0.1, stopped at the end of the session. Tests set
+    ``s3_server.env`` in the environment of whatever should reach it."""
+    import urllib.request
+
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("s3") / "moto.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"moto server exited {proc.returncode}")
+            try:
+                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("moto server did not answer within 60 s") from None
+                time.sleep(0.3)
+        yield S3(endpoint, {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                            "AWS_EC2_METADATA_DISABLED": "true"})
+    finally:
+        _stop(proc)

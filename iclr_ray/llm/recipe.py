@@ -19,14 +19,14 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 from pydantic import Field
 
-from ..config import Section
+from ..resources import WorkerResources
 from .data import PackedRow, collate, epoch_order
 from .loss import label_tokens, step_loss, summed_token_loss
 
 SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
 
 
-class TrainConfig(Section):
+class TrainConfig(WorkerResources):
     model: str = "tiny-llama"
     """a named tiny model (llm.model.TINY_MODELS), a checkpoint directory or an HF id"""
     micro_batch_size: int = Field(4, ge=1)
@@ -177,9 +177,11 @@ def router_aux_coef(model) -> float:
 
 def build_causal_lm(cfg: TrainConfig, tokenizer):
     """The causal LM a run starts from: ``cfg.model`` as a named tiny model sized to ``tokenizer``
-    (seeded by ``cfg.seed``), a packaged model's name (llm.pretrained), a checkpoint folder or an
-    HF id."""
+    (seeded by ``cfg.seed``), a packaged model's name (llm.pretrained), a checkpoint folder (a path,
+    or a URI in the run's storage, copied once to this node), or an HF id."""
     from transformers import AutoModelForCausalLM
+
+    from .. import storage
 
     from .model import TINY_MODELS, build_model, load_pretrained
     from .pretrained import PACKAGED
@@ -188,6 +190,8 @@ def build_causal_lm(cfg: TrainConfig, tokenizer):
         return build_model(cfg.model, tokenizer, seed=cfg.seed)
     if cfg.model in PACKAGED:
         return load_pretrained(cfg.model)[0]
+    if storage.is_remote(cfg.model):
+        return AutoModelForCausalLM.from_pretrained(storage.local_copy(cfg.model))
     return AutoModelForCausalLM.from_pretrained(cfg.model)
 
 

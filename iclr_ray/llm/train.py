@@ -247,20 +247,42 @@ def _eval_losses(engine, recipe: Recipe, eval_sets: dict[str, list[dict[str, Any
 
 
 STEPS_FILE = "steps.jsonl"
+STEPS_FLUSH_S = 10.0
 
 
-def _step_logger(path: Path):
-    """A Ray Train callback (it runs in the controller) appending rank 0's metrics of every
-    report to ``path`` as JSON lines, so a study gets the whole curve, not just the last step."""
+def _step_logger(location: str):
+    """A Ray Train callback (it runs in the controller, on whichever node) keeping rank 0's metrics
+    of every report in ``location`` (``steps.jsonl`` in the run's storage: a path or a URI) as
+    JSON lines, so a study gets the whole curve, not just the last step. The file is rewritten
+    whole (an object store has no append) at most every ``STEPS_FLUSH_S`` seconds, at every
+    checkpoint and at the end; a restarted controller starts from what is there."""
     import json
 
     from ray.train import UserCallback
 
+    from .. import storage
+
     class StepLogger(UserCallback):
+        def __init__(self):
+            self.lines: list[str] | None = None
+            self.flushed = 0.0
+
+        def _flush(self) -> None:
+            storage.write_text(location, "".join(self.lines or []))
+            self.flushed = time.monotonic()
+
         def after_report(self, run_context, metrics, checkpoint):
+            if self.lines is None:
+                old = storage.read_text(location) if storage.is_file(location) else ""
+                self.lines = [line + "\n" for line in old.splitlines() if line.strip()]
             if metrics and metrics[0]:
-                with open(path, "a") as f:
-                    f.write(json.dumps(metrics[0]) + "\n")
+                self.lines.append(json.dumps(metrics[0]) + "\n")
+            if checkpoint is not None or time.monotonic() - self.flushed >= STEPS_FLUSH_S:
+                self._flush()
+
+        def after_exception(self, run_context, worker_exceptions):
+            if self.lines is not None:
+                self._flush()
 
     return StepLogger()
 
@@ -268,13 +290,15 @@ def _step_logger(path: Path):
 def read_steps(storage_path: str | Path, name: str) -> list[dict[str, Any]]:
     """The reported metrics of a run, one per reported step (every ``log_every`` steps; ``steps``
     and ``seconds`` say how many steps a record covers and how long they took); a step replayed
-    after a restart keeps its last record."""
+    after a restart keeps its last record. ``storage_path``: a path or a URI."""
     import json
 
-    path = Path(storage_path).resolve() / name / STEPS_FILE
+    from .. import storage
+
+    location = storage.join(storage_path, name, STEPS_FILE)
     steps: dict[int, dict[str, Any]] = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
+    if storage.is_file(location):
+        for line in storage.read_text(location).splitlines():
             rec = json.loads(line)
             steps[int(rec["step"])] = rec
     return [steps[k] for k in sorted(steps)]
@@ -301,9 +325,17 @@ def fit(cfg: TrainConfig, rows: list[PackedRow], tokenizer, storage_path: str | 
     return fit_recipe(cfg, recipe, storage_path, name, fail_once_at_step=fail_once_at_step, callbacks=callbacks)
 
 
-def checkpoints(result) -> list[tuple[int, Path]]:
-    """(step, directory) of every checkpoint a finished run kept (``cfg.keep_checkpoints``), by step."""
-    out = [(int(m["step"]), Path(c.path)) for c, m in (result.best_checkpoints or [])]
+def checkpoint_location(checkpoint) -> str:
+    """Where a Ray Train checkpoint lives, as one string: a local path or a URI (``s3://...``) in
+    the run's storage; :func:`iclr_ray.storage.local_copy` turns it into a folder to read."""
+    from .. import storage
+
+    return storage.uri_of(checkpoint.filesystem, checkpoint.path)
+
+
+def checkpoints(result) -> list[tuple[int, str]]:
+    """(step, location) of every checkpoint a finished run kept (``cfg.keep_checkpoints``), by step."""
+    out = [(int(m["step"]), checkpoint_location(c)) for c, m in (result.best_checkpoints or [])]
     return sorted(out)
 
 
@@ -311,33 +343,60 @@ def fit_recipe(cfg: TrainConfig, recipe: Recipe, storage_path: str | Path, name:
                fail_once_at_step: int | None = None, callbacks: Sequence[Any] = ()):
     """Run the loop on ``cfg.num_workers`` Ray Train workers; returns Ray Train's Result.
 
-    Rerunning with the same ``storage_path``/``name`` resumes from the latest checkpoint. Every
-    step's metrics land in ``storage_path/name/steps.jsonl`` (see :func:`read_steps`).
+    ``storage_path`` is a local path or a URI (``s3://...``) every node reaches: Ray Train keeps the
+    checkpoints there. Rerunning with the same ``storage_path``/``name`` resumes from the latest
+    checkpoint. Every step's metrics land in ``storage_path/name/steps.jsonl`` (see
+    :func:`read_steps`). Each worker asks for what ``cfg`` says (``gpus_per_worker``,
+    ``cpus_per_worker``, ``accelerator_type``: resources.py); a request no node can meet fails at once.
     ``callbacks``: more Ray Train callbacks (a Tune trial passes ``TuneReportCallback``);
     ``fail_once_at_step`` kills the last worker's process at that step of a fresh start (a test of
     the recovery path)."""
-    import ray
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig
     from ray.train.torch import TorchTrainer
 
-    use_gpu = bool(ray.cluster_resources().get("GPU", 0))
-    run_path = Path(storage_path).resolve() / name
-    run_path.mkdir(parents=True, exist_ok=True)
-    # Inside a Tune trial the trial holds a sliver of CPU and its workers the rest, so trials
-    # sized to the machine start instead of waiting on each other (sweep/tuner.py).
-    cpu = 0.99 if _in_tune_trial() else 1.0
+    from ray.train import ControllerError
+
+    from .. import storage
+    from ..resources import Unplaceable, check_placeable, placement_retries, scaling_config, worker_bundle
+
+    in_trial = _in_tune_trial()
+    bundle = worker_bundle(cfg, in_trial)
+    check_placeable({f"Ray Train run {name!r}": bundle})
+    location = storage.normalise(storage_path)
+    if not storage.is_remote(location):
+        storage.local_path(location).mkdir(parents=True, exist_ok=True)
     trainer = TorchTrainer(
         train_worker,
         train_loop_config={"train": cfg.model_dump(mode="json"), "recipe": recipe,
                            "fail_once_at_step": fail_once_at_step},
-        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu,
-                                     resources_per_worker=None if use_gpu else {"CPU": cpu}),
-        run_config=RunConfig(name=name, storage_path=str(run_path.parent),
-                             failure_config=FailureConfig(max_failures=cfg.max_failures),
+        scaling_config=scaling_config(cfg, cfg.num_workers, in_trial),
+        run_config=RunConfig(name=name, storage_path=location,
+                             failure_config=FailureConfig(max_failures=cfg.max_failures,
+                                                          controller_failure_limit=placement_retries(cfg)),
                              checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints or None),
-                             callbacks=[_step_logger(run_path / STEPS_FILE), *callbacks]),
+                             callbacks=[_step_logger(storage.join(location, name, STEPS_FILE)), *callbacks]),
     )
-    return trainer.fit()
+    try:
+        return trainer.fit()
+    except ControllerError as exc:
+        if type(exc.controller_failure).__name__ != "WorkerGroupStartupTimeoutError":
+            raise
+        raise Unplaceable(f"Ray Train run {name!r} waited {cfg.placement_timeout_s:g} s for {cfg.num_workers} "
+                          f"workers of {_show(bundle)} and could not place them ({_free()}); other runs hold "
+                          "the rest, or no node has it: lower the request, raise placement_timeout_s, or "
+                          "run fewer trials at once") from None
+
+
+def _show(bundle: dict[str, float]) -> str:
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in bundle.items()) + "}"
+
+
+def _free() -> str:
+    """What the cluster has free now, in a few words (for the error line only)."""
+    import ray
+
+    free = ray.available_resources()
+    return "free now: " + ", ".join(f"{free.get(k, 0):g} {k}" for k in ("CPU", "GPU"))
 
 
 def _in_tune_trial() -> bool:

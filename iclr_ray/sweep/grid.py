@@ -2,7 +2,8 @@
 
 A study's trial body is ``body(config, trial_dir, **params) -> dict``: ``config`` is the trial's
 Tune config (``{"spec": spec}`` in a grid), ``trial_dir`` its directory in the sweep's storage
-(where a Ray Train run inside it keeps its checkpoints), and the dict it returns holds ``scores``
+(where a Ray Train run inside it keeps its checkpoints; a Path, or a URI string when the storage is
+one: write there through :mod:`iclr_ray.storage`), and the dict it returns holds ``scores``
 (the trial's last result in Tune) and whatever else the study keeps (curves, paths). The body may
 ``tune.report`` along the way. :func:`resumable` wraps it into a Tune function trainable that
 writes the dict to ``final.json`` atomically and reports the scores; a trial restored after it had
@@ -18,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..results import atomic_write_text
+from ..resources import Unplaceable
+from ..storage import is_file, join, read_text, uri_of, write_text
 from .tuner import run_tuner, trial_storage_dir
 
 FINAL = "final.json"
@@ -32,12 +34,12 @@ def resumable(body: Callable[..., dict[str, Any]]) -> Callable[..., None]:
         from ray import tune
 
         trial_dir = trial_storage_dir()
-        final = trial_dir / FINAL
-        if final.is_file():
-            tune.report(json.loads(final.read_text())["scores"])
+        final = join(trial_dir, FINAL)
+        if is_file(final):
+            tune.report(json.loads(read_text(final))["scores"])
             return
         out = body(config, trial_dir, **params)
-        atomic_write_text(final, json.dumps(out))
+        write_text(final, json.dumps(out))
         tune.report(out["scores"])
 
     return trial
@@ -52,14 +54,27 @@ class GridTrial:
     metrics: dict[str, Any]
     """the last result the trial reported to Tune"""
     error: str | None
-    path: Path | None
-    """the trial's directory in the sweep's storage"""
+    path: str | None
+    """the trial's directory in the sweep's storage (a local path or a URI)"""
 
 
 def _cause(error: BaseException) -> str:
     """The trial's own exception where Tune wrapped it (its last line names it)."""
     lines = [line for line in str(error).splitlines() if line.strip()]
     return lines[-1] if lines else repr(error)
+
+
+def _raise_unplaceable(error: BaseException) -> None:
+    """A trial that failed because its request fits no node fails the grid with that one line
+    (exit 2), not a traceback: it is the config's error, the same for every trial."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, Unplaceable):
+            raise Unplaceable(str(seen).strip().splitlines()[-1].split("Unplaceable: ", 1)[-1])
+        seen = seen.__cause__ or getattr(seen, "cause", None)
+    text = str(error)
+    if "Unplaceable: " in text:
+        raise Unplaceable(text.rsplit("Unplaceable: ", 1)[1].strip().splitlines()[0])
 
 
 def _key(spec: dict[str, Any]) -> str:
@@ -86,12 +101,13 @@ def run_grid(trial: Callable[..., None], specs: Sequence[dict[str, Any]], *, sto
         if "spec" not in (r.config or {}):  # Tune could not even start it
             raise RuntimeError(f"a trial of the grid {name} failed before it started: {error}")
         spec = dict(r.config["spec"])
-        path = Path(r.path) if r.path else None
-        final = path / FINAL if path else None
+        path = uri_of(r.filesystem, r.path) if r.path else None
+        final = join(path, FINAL) if path else None
         if error and not allow_unfinished:
+            _raise_unplaceable(r.error)
             raise RuntimeError(f"trial {spec.get('label', spec)} failed: {error}")
-        out[order[_key(spec)]] = GridTrial(spec, json.loads(final.read_text()) if final and final.is_file() else None,
-                                           dict(r.metrics or {}), error, path)
+        done = json.loads(read_text(final)) if final and is_file(final) else None
+        out[order[_key(spec)]] = GridTrial(spec, done, dict(r.metrics or {}), error, path)
     missing = [specs[i].get("label", i) for i, t in enumerate(out) if t is None]
     if missing:
         raise RuntimeError(f"the grid {name} returned no result for {missing}")

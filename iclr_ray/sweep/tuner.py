@@ -4,7 +4,7 @@
 
 Each trial holds a sliver of CPU (0.01) and its Train workers the rest (0.99 each, see
 ``llm.train.fit``), so ``max_concurrent_trials`` trials of one worker each fit a 2-CPU machine.
-Results land in ``storage_path/name``: Tune's own experiment state (``Tuner.restore`` resumes an
+Results land in ``storage_path/name`` (a local path or a URI such as ``s3://bucket/...``): Tune's own experiment state (``Tuner.restore`` resumes an
 interrupted sweep from it), per-trial ``result.json``/``progress.csv`` and TensorBoard event files
 (``tensorboard --logdir storage_path/name``).
 
@@ -19,15 +19,14 @@ import json
 import logging
 import os
 import pickle
-import shutil
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ray.tune import Callback
 
-from ..results import atomic_write_bytes
+from .. import storage
+from ..resources import TRIAL_CPU
 
-TRIAL_CPU = 0.01
 STATE_BACKUP = ".last_good_state"
 STATE_PERIOD_S = "5"  # Tune's experiment-state period (its "auto" is >= 10 s); the files are small
 log = logging.getLogger(__name__)
@@ -37,23 +36,26 @@ STATE_PREFIXES = ("experiment_state-", "basic-variant-state-", "search_gen_state
                   "callback-states-")
 
 
-def _state_files(path: Path) -> dict[str, list[Path]]:
-    """Tune's state files in ``path`` grouped by the session that wrote them (the timestamp in
-    ``experiment_state-<session>.json``, ``basic-variant-state-<session>.json``, ...)."""
-    groups: dict[str, list[Path]] = {}
-    for f in sorted(path.iterdir()) if path.is_dir() else []:
+def _state_files(location: str) -> dict[str, list[str]]:
+    """Tune's state files at the top of ``location`` (a path or a URI), as their names, grouped by
+    the session that wrote them (the timestamp in ``experiment_state-<session>.json``,
+    ``basic-variant-state-<session>.json``, ...)."""
+    groups: dict[str, list[str]] = {}
+    for name in storage.list_files(location):
+        if "/" in name:
+            continue
         for prefix in STATE_PREFIXES:
-            if f.is_file() and f.name.startswith(prefix) and f.suffix in (".json", ".pkl"):
-                groups.setdefault(f.name[len(prefix):-len(f.suffix)], []).append(f)
+            suffix = name[name.rfind("."):] if "." in name else ""
+            if name.startswith(prefix) and suffix in (".json", ".pkl"):
+                groups.setdefault(name[len(prefix):-len(suffix)], []).append(name)
     return groups
 
 
-def _complete(path: Path) -> bool:
+def _complete(name: str, data: bytes) -> bool:
     """Whether a Tune state file is whole: the experiment state is JSON, the searcher and
     callback states are (cloud)pickles, whatever their suffix."""
     try:
-        data = path.read_bytes()
-        if path.name.startswith("experiment_state-"):
+        if name.startswith("experiment_state-"):
             json.loads(data)
         else:
             pickle.loads(data)
@@ -66,34 +68,38 @@ class KeepLastGoodState(Callback):
     """Driver-side Tune callback keeping a whole, consistent copy of the sweep's state.
 
     Tune writes its state files (experiment, searcher, callbacks) one after another into a local
-    staging directory in the driver's main loop, then copies them into the sweep directory in a
+    staging directory in the driver's main loop, then copies them into the sweep's storage in a
     background thread. A driver killed during that copy leaves a cut-off file, or a mix of two
     saves (a searcher that has generated a trial the experiment state does not list yet, which a
     restore then never runs). So after each controller step (which follows any save), this copies
-    the staging set, when it changed, into ``STATE_BACKUP/<session>.<n>/`` and then points
-    ``STATE_BACKUP/<session>.current`` at it (an atomic rename): a kill at any moment leaves the
-    previous set or the new one, never a mix. :func:`repair_state` puts it back."""
+    the staging set, when it changed, into ``STATE_BACKUP/<session>.<n>/`` of the storage and then
+    points ``STATE_BACKUP/<session>.current`` at it (one atomic write): a kill at any moment leaves
+    the previous set or the new one, never a mix. :func:`repair_state` puts it back."""
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
+    def __init__(self, location: str | Path):
+        self.location = storage.normalise(location)
         self._seen: dict[str, tuple[int, int]] = {}
         self._n = 0
 
     def snapshot(self, staging: Path) -> None:
-        for session, files in _state_files(staging).items():
+        for session, names in _state_files(str(staging)).items():
+            files = [staging / n for n in names]
             keys = {f.name: (st.st_mtime_ns, st.st_size) for f in files for st in [f.stat()]}
-            if all(self._seen.get(k) == v for k, v in keys.items()) or not all(_complete(f) for f in files):
+            if all(self._seen.get(k) == v for k, v in keys.items()):
                 continue
-            backup = self.path / STATE_BACKUP
+            data = {f.name: f.read_bytes() for f in files}
+            if not all(_complete(n, d) for n, d in data.items()):
+                continue
+            backup = storage.join(self.location, STATE_BACKUP)
             self._n += 1
-            target = backup / f"{session}.{self._n}"
-            for f in files:
-                atomic_write_bytes(target / f.name, f.read_bytes())
-            pointer = backup / f"{session}.current"
-            old = pointer.read_text().strip() if pointer.is_file() else None
-            atomic_write_bytes(pointer, target.name.encode())
-            if old and old != target.name:
-                shutil.rmtree(backup / old, ignore_errors=True)
+            target = f"{session}.{self._n}"
+            for n, d in data.items():
+                storage.write_bytes(storage.join(backup, target, n), d)
+            pointer = storage.join(backup, f"{session}.current")
+            old = storage.read_text(pointer).strip() if storage.is_file(pointer) else None
+            storage.write_text(pointer, target)
+            if old and old != target:
+                storage.delete(storage.join(backup, old))
             self._seen.update(keys)
 
     def on_step_end(self, iteration, trials, **info):
@@ -104,44 +110,48 @@ class KeepLastGoodState(Callback):
         self.on_step_end(0, trials)
 
 
-def repair_state(path: str | Path) -> dict[str, str]:
-    """Before ``Tuner.restore``: for each session's state files in the sweep at ``path``, newest
-    first, put back the last consistent copy :class:`KeepLastGoodState` made; a session with no
-    copy is a driver killed in its first seconds, and its files go if any is cut off. Stops at the
-    first session whose state is whole (``Tuner.restore`` reads only the newest). Returns
-    ``{session: "restored" | "removed" | "kept"}``."""
-    path = Path(path)
+def repair_state(location: str | Path) -> dict[str, str]:
+    """Before ``Tuner.restore``: for each session's state files in the sweep at ``location`` (a path
+    or a URI), newest first, put back the last consistent copy :class:`KeepLastGoodState` made; a
+    session with no copy is a driver killed in its first seconds, and its files go if any is cut
+    off. Stops at the first session whose state is whole (``Tuner.restore`` reads only the newest).
+    Returns ``{session: "restored" | "removed" | "kept"}``."""
+    location = storage.normalise(location)
     out: dict[str, str] = {}
-    for session, files in sorted(_state_files(path).items(), reverse=True):
-        pointer = path / STATE_BACKUP / f"{session}.current"
-        copy = path / STATE_BACKUP / pointer.read_text().strip() if pointer.is_file() else None
-        if copy is not None and copy.is_dir():
-            good = {f.name: f.read_bytes() for f in copy.iterdir()}
-            if {f.name: f.read_bytes() for f in files} == good:
+    for session, names in sorted(_state_files(location).items(), reverse=True):
+        files = {n: storage.read_bytes(storage.join(location, n)) for n in names}
+        pointer = storage.join(location, STATE_BACKUP, f"{session}.current")
+        copy = storage.join(location, STATE_BACKUP, storage.read_text(pointer).strip()) if storage.is_file(pointer) \
+            else None
+        good = {n: storage.read_bytes(storage.join(copy, n)) for n in storage.list_files(copy)} if copy else {}
+        if good:
+            if files == good:
                 out[session] = "kept"
                 return out
-            for f in files:
-                f.unlink()
-            for name, data in good.items():
-                atomic_write_bytes(path / name, data)
+            for n in names:
+                storage.delete(storage.join(location, n))
+            for n, d in good.items():
+                storage.write_bytes(storage.join(location, n), d)
             out[session] = "restored"
             return out
-        if all(_complete(f) for f in files):
+        if all(_complete(n, d) for n, d in files.items()):
             out[session] = "kept"
             return out
-        for f in files:
-            f.unlink()
+        for n in names:
+            storage.delete(storage.join(location, n))
         out[session] = "removed"
     return out
 
 
-def can_restore(path: str | Path) -> bool:
-    """A sweep at ``path`` that ``Tuner.restore`` can continue: its pickled Tuner is complete and
-    its newest experiment state is whole (call :func:`repair_state` first)."""
-    path = Path(path)
-    tuner = path / "tuner.pkl"
-    states = sorted(path.glob("experiment_state-*.json"))
-    return tuner.is_file() and tuner.stat().st_size > 0 and bool(states) and _complete(states[-1])
+def can_restore(location: str | Path) -> bool:
+    """A sweep at ``location`` that ``Tuner.restore`` can continue: its pickled Tuner is complete
+    and its newest experiment state is whole (call :func:`repair_state` first)."""
+    location = storage.normalise(location)
+    names = list(storage.list_files(location))
+    states = sorted(n for n in names if n.startswith("experiment_state-") and n.endswith(".json"))
+    tuner = storage.join(location, "tuner.pkl")
+    return ("tuner.pkl" in names and len(storage.read_bytes(tuner)) > 0 and bool(states)
+            and _complete(states[-1], storage.read_bytes(storage.join(location, states[-1]))))
 
 
 def run_tuner(trainable: Callable[[dict], None], param_space: Mapping[str, Any], *, storage_path: str | Path,
@@ -156,26 +166,27 @@ def run_tuner(trainable: Callable[[dict], None], param_space: Mapping[str, Any],
     from ray import tune
 
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", STATE_PERIOD_S)
-    storage = Path(storage_path).resolve()
-    storage.mkdir(parents=True, exist_ok=True)
+    root = storage.normalise(storage_path)
+    if not storage.is_remote(root):
+        storage.local_path(root).mkdir(parents=True, exist_ok=True)
     resourced = tune.with_resources(trainable, {"cpu": TRIAL_CPU})
-    path = storage / name
-    if resume and path.is_dir():
+    path = storage.join(root, name)
+    if resume and storage.exists(path):
         for session, what in repair_state(path).items():
             if what != "kept":
                 log.warning("sweep state of session %s at %s: %s (from the last consistent copy)", session, path,
                             what)
     if resume and can_restore(path):
-        tuner = tune.Tuner.restore(str(path), trainable=resourced, resume_unfinished=True, resume_errored=True)
+        tuner = tune.Tuner.restore(path, trainable=resourced, resume_unfinished=True, resume_errored=True)
     else:
-        if resume and path.is_dir():
+        if resume and storage.exists(path):
             log.warning("no complete sweep state at %s: starting the sweep again", path)
         tuner = tune.Tuner(
             resourced,
             param_space=dict(param_space),
             tune_config=tune.TuneConfig(scheduler=scheduler, num_samples=num_samples,
                                         max_concurrent_trials=max_concurrent_trials),
-            run_config=tune.RunConfig(name=name, storage_path=str(storage), verbose=verbose,
+            run_config=tune.RunConfig(name=name, storage_path=root, verbose=verbose,
                                       callbacks=[KeepLastGoodState(path)]),
         )
     return tuner.fit()
@@ -199,18 +210,19 @@ def summarise(results, space, columns: list[str]) -> dict[str, Any]:
             "columns": list(columns)}
 
 
-def trial_storage_dir() -> Path:
+def trial_storage_dir() -> Path | str:
     """Inside a trial: its directory in the sweep's storage, the one ``ResultGrid`` paths point at
-    and a resumed sweep finds again. (``get_trial_dir()`` is a working copy in this Ray session's
-    temp dir, which a restarted driver does not see, so Train checkpoints written there are lost.)
-    Storage that is not a local or mounted filesystem falls back to that working copy."""
+    and a resumed sweep finds again: a local Path, or a URI string (``s3://...``) when the sweep's
+    storage is one. (``get_trial_dir()`` is a working copy in this Ray session's temp dir on the
+    trial's node, which a restarted driver or another node does not see.)"""
     from ray import tune
 
     ctx = tune.get_context()
-    storage = ctx.get_storage()
-    if storage is not None and storage.storage_filesystem.type_name == "local":
-        return Path(storage.trial_fs_path)
-    return Path(ctx.get_trial_dir())
+    trial_storage = ctx.get_storage()
+    if trial_storage is None:
+        return Path(ctx.get_trial_dir())
+    location = storage.uri_of(trial_storage.storage_filesystem, trial_storage.trial_fs_path)
+    return location if storage.is_remote(location) else Path(location)
 
 
 def thinned_tune_report(total_steps: int, dense_until: float = 0.2, reports: int = 40):

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ... import storage
 from ...config import ConfigError, deep_merge
-from ...results import atomic_write_text
+from ...resources import worker_resources
 from ...runtime import RunContext
 from ...sweep.grid import GridTrial, resumable, run_grid
 from ...llm import data as llm_data
@@ -50,7 +51,10 @@ def prepare(cfg: Config) -> dict[str, Any]:
         raise ConfigError(f"early.window_rows={cfg.early.window_rows} is less than one step of batch {max(short)}: "
                           "every batch needs at least one whole step inside the early window")
     model = cfg.sft.model
-    if model not in TINY_MODELS:
+    if storage.is_remote(model):
+        if not storage.is_file(storage.join(model, "config.json")):
+            raise ConfigError(f"sft.model: {model} is not a model checkpoint (no config.json there)")
+    elif model not in TINY_MODELS:
         path = Path(model).expanduser()
         if (path.exists() or model.startswith((".", "/", "~"))) and not (path / "config.json").is_file():
             raise ConfigError(f"sft.model: {model} is not a model checkpoint (no config.json there)")
@@ -194,11 +198,11 @@ def _train_config(sft: Sft, model: str, seed: int):
                        betas=sft.betas, weight_decay=sft.weight_decay, schedule=sft.schedule,
                        warmup_steps=sft.warmup_steps, grad_clip=sft.grad_clip, zero_stage=sft.zero_stage,
                        num_workers=sft.num_workers, eval_every=max(1, steps // sft.eval_points),
-                       max_failures=1, seed=seed)
+                       max_failures=1, seed=seed, **worker_resources(sft))
 
 
 @resumable
-def sft_trial(config: dict[str, Any], trial_dir: Path, *, base: dict[str, Any], model: str, seed: int, world: World,
+def sft_trial(config: dict[str, Any], trial_dir: Path | str, *, base: dict[str, Any], model: str, seed: int, world: World,
               window_rows: int) -> dict[str, Any]:
     """One Tune trial: SFT with the spec's recipe through Ray Train (every step of the early window
     and ~40 later ones reported to Tune; all of them in steps.jsonl), then the held-out scores of
@@ -246,33 +250,34 @@ def replay_trial(config: dict[str, Any], *, recorded: dict[str, dict[str, Any]],
 # ----------------------------------------------------------------------------- the run
 
 
-def pretrain(cfg: Config, world: World, storage: Path) -> str:
-    """Pre-train the named tiny model on the generated corpus; returns its HF checkpoint path."""
-    from ...llm.train import TrainConfig, fit
+def pretrain(cfg: Config, world: World, location: str) -> str:
+    """Pre-train the named tiny model on the generated corpus (its Train run kept at ``location``,
+    a path or a URI); returns the location of its HF checkpoint."""
+    from ...llm.train import TrainConfig, checkpoint_location, fit
 
     p = cfg.pretrain
     micro, accum = recipe.batch_split(p.batch, p.batch, p.num_workers)
     tcfg = TrainConfig(model=cfg.sft.model, micro_batch_size=micro, grad_accum=accum, max_steps=p.steps, lr=p.lr,
                        schedule="cosine", warmup_steps=max(1, p.steps // 20), zero_stage=2,
-                       num_workers=p.num_workers, seed=cfg.seed)
-    result = fit(tcfg, world.pretrain_rows, world.tokenizer(), storage, "pretrain")
-    return str(Path(result.checkpoint.path) / "model")
+                       num_workers=p.num_workers, seed=cfg.seed, **worker_resources(p))
+    result = fit(tcfg, world.pretrain_rows, world.tokenizer(), location, "pretrain")
+    return storage.join(checkpoint_location(result.checkpoint), "model")
 
 
-def base_model(cfg: Config, world: World, root: Path, ctx: RunContext) -> str:
+def base_model(cfg: Config, world: World, root: str, ctx: RunContext) -> str:
     """The model every trial starts from: ``sft.model`` itself, or for a named tiny model, that
-    model pre-trained here (its path is kept in ``pretrained_model.txt``, which a resumed run or
-    sweep reads back)."""
+    model pre-trained here (its location in the run's storage is kept in ``pretrained_model.txt``,
+    which a resumed run or sweep reads back)."""
     model = cfg.sft.model
     if not (cfg.pretrain.steps and model in TINY_MODELS):
         return model
-    marker = root / "pretrained_model.txt"
-    if marker.is_file():
-        return marker.read_text().strip()
+    marker = storage.join(root, "pretrained_model.txt")
+    if storage.is_file(marker):
+        return storage.read_text(marker).strip()
     ctx.say("pre-training %s for %d steps on %d Ray Train workers ...", model, cfg.pretrain.steps,
             cfg.pretrain.num_workers)
-    model = pretrain(cfg, world, root / "pretrain")
-    atomic_write_text(marker, model)
+    model = pretrain(cfg, world, storage.join(root, "pretrain"))
+    storage.write_text(marker, model)
     ctx.log(stage="pretrain", model=model)
     return model
 
@@ -310,13 +315,13 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     world = build_world(cfg, ctx.inputs)
     ctx.log(stage="data", **world.stats)
     ctx.say("data: %s", world.stats)
-    root = ctx.run_dir.path
+    root = ctx.run_dir.storage()
     model = base_model(cfg, world, root, ctx)
     common = {"base": cfg.sft.model_dump(mode="json"), "model": model, "seed": cfg.seed, "world": world,
               "window_rows": cfg.early.window_rows}
     specs = trial_specs(cfg)
     ctx.say("sweep: %d SFT trials, %d at a time ...", len(specs), cfg.max_concurrent_trials)
-    trials = _collect(run_grid(sft_trial, specs, storage=root / "tune", name="recipe",
+    trials = _collect(run_grid(sft_trial, specs, storage=storage.join(root, "tune"), name="recipe",
                                max_concurrent_trials=cfg.max_concurrent_trials, allow_unfinished=True, **common))
     metrics: dict[str, Any] = {"data": world.stats, "pretrained_model": model, "trials": trials}
 
@@ -329,7 +334,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
                                            "window_rows": cfg.early.window_rows}
         else:
             rerun, params = sft_trial, common
-        early = run_grid(rerun, grid, storage=root / "tune", name="early_stop",
+        early = run_grid(rerun, grid, storage=storage.join(root, "tune"), name="early_stop",
                          max_concurrent_trials=cfg.max_concurrent_trials, scheduler=early_stopper(cfg),
                          allow_unfinished=True, **params)
         metrics["early_stop_trials"] = _collect(early)
@@ -346,11 +351,11 @@ def sweep(cfg: Config, space, ctx: RunContext, scheduler: str, resume: bool) -> 
     from ...sweep.tuner import run_tuner
 
     world = build_world(cfg, ctx.inputs)
-    root = ctx.run_dir.path
+    root = ctx.run_dir.storage()
     model = base_model(cfg, world, root, ctx)
     trainable = tune.with_parameters(sft_trial, base=cfg.sft.model_dump(mode="json"), model=model, seed=cfg.seed,
                                      world=world, window_rows=cfg.early.window_rows)
-    results = run_tuner(trainable, space.tune_param_space(), storage_path=root / "tune", name="sweep",
+    results = run_tuner(trainable, space.tune_param_space(), storage_path=storage.join(root, "tune"), name="sweep",
                         max_concurrent_trials=space.max_concurrent_trials, num_samples=space.num_samples,
                         scheduler=early_stopper(cfg) if scheduler == "early" else None, resume=resume)
     rows = []
