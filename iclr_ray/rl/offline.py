@@ -107,7 +107,8 @@ POLICY_DIR = "policy"
 
 def train_base(kind: str, hparams: dict[str, Any], demos, *, obs_dim: int, act_dim: int, obs_horizon: int = 1,
                steps: int, batch: int, lr: float, seed: int, storage: Path, name: str,
-               normalize_obs: bool = True, weight_decay: float = 1e-6) -> tuple[Path, list[list[float]]]:
+               normalize_obs: bool = True, weight_decay: float = 1e-6,
+               resources: dict[str, Any] | None = None) -> tuple[Path, list[list[float]]]:
     """Train one base policy on one Ray Train worker, through the shared loop, on the (successful)
     demonstrations' action chunks (:func:`training_arrays`); (saved policy directory, loss curve
     [[step, loss], ...] at about 20 points, each the mean over the steps since the last).
@@ -116,7 +117,9 @@ def train_base(kind: str, hparams: dict[str, Any], demos, *, obs_dim: int, act_d
     still recording them, so the Train run starts meanwhile. ``obs_dim`` is the env's observation
     size with ``obs_horizon`` frames stacked, ``act_dim`` its action size. ``normalize_obs``: the
     policy standardises observations with the training set's statistics (``fit_normalizer``);
-    ``weight_decay``: AdamW's (the official Diffusion Policy scripts' 1e-6; their BeT script's 2e-4).
+    ``weight_decay``: AdamW's (the official Diffusion Policy scripts' 1e-6; their BeT script's 2e-4);
+    ``resources``: the worker's request (``resources.worker_resources`` of the caller's section;
+    None: one CPU).
     AdamW keeps torch's default betas and the lr decays on a cosine without warmup or clipping.
     Rerunning into the same ``storage``/``name`` resumes from the last checkpoint."""
     from ..llm.train import TrainConfig, fit_recipe, read_steps
@@ -125,7 +128,7 @@ def train_base(kind: str, hparams: dict[str, Any], demos, *, obs_dim: int, act_d
     full = {"obs_dim": int(obs_dim), "act_dim": int(act_dim), "pred_horizon": pred_horizon(kind, hparams), **hparams}
     cfg = TrainConfig(model=f"bc-{kind}", micro_batch_size=batch, grad_accum=1, max_steps=steps, lr=lr,
                       betas=(0.9, 0.999), weight_decay=weight_decay, schedule="cosine", warmup_steps=0, grad_clip=0.0,
-                      zero_stage=0, num_workers=1, log_every=max(1, steps // 20), seed=seed)
+                      zero_stage=0, num_workers=1, log_every=max(1, steps // 20), seed=seed, **(resources or {}))
     result = fit_recipe(cfg, BCRecipe(kind, full, demos, obs_horizon, normalize_obs, seed), storage, name)
     curve = [[s["step"], s["loss"]] for s in read_steps(storage, name)]
     return Path(result.checkpoint.path) / POLICY_DIR, curve

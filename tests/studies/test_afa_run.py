@@ -63,7 +63,7 @@ def test_expert_learns_its_classes_without_ray(assets):
     from iclr_ray.studies.afa.run import ExpertRecipe, train_config
 
     cfg, c, paths, experts, _ = assets
-    tc = train_config("t", 60, 8, 3e-3, 0, 0)
+    tc = train_config(cfg.experts, "t", 60, 8, 3e-3, 0, 0)
     r = ExpertRecipe(c, paths["train"], [0, 1], experts[0])
     r.setup()
     (b1, n), = r.step_batches(5, tc)
@@ -81,7 +81,7 @@ def test_aggregator_training_moves_only_the_aggregators_and_saves_them(assets):
     from iclr_ray.studies.afa.run import AFARecipe, aggregator_state, load_afa, train_config
 
     cfg, c, paths, experts, d = assets
-    tc = train_config("t", 3, 8, 1e-2, 0, 0)
+    tc = train_config(cfg.aggregator, "t", 3, 8, 1e-2, 0, 0)
     r = AFARecipe(c, paths["train"], experts)
     r.setup()
     model = r.build_model(tc)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from ...config import Section, StudyConfig
+from ...resources import TaskResources, WorkerResources
 from .data import CLASSES
 
 
@@ -26,7 +27,7 @@ class Data(Section):
     seed: int = 0
 
 
-class Experts(Section):
+class Experts(WorkerResources):
     unets: list[str] = []
     """[] : tiny experts trained here; else one folder / HF id per expert (the paper's fine-tunes)"""
     groups: list[list[int]] = [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9]]
@@ -51,7 +52,7 @@ class Experts(Section):
     max_concurrent_trials: int = Field(2, ge=1)
 
 
-class Aggregator(Section):
+class Aggregator(WorkerResources):
     hidden: int = Field(16, ge=1)
     """channels inside every SABW aggregator"""
     temb_dim: int = Field(64, ge=4)
@@ -71,7 +72,7 @@ class Aggregator(Section):
     max_concurrent_trials: int = Field(2, ge=1)
 
 
-class Merge(Section):
+class Merge(TaskResources):
     step: float = Field(0.25, gt=0, le=1)
     """the merge weights' grid on the simplex"""
     sweeps: int = Field(1, ge=0)
@@ -80,7 +81,7 @@ class Merge(Section):
     """validation (digit, t, noise) rows of the search's MSE"""
 
 
-class Evaluation(Section):
+class Evaluation(TaskResources):
     draws: int = Field(2, ge=1)
     """(t, noise) draws per held-out digit in the denoising MSE"""
     per_class: int = Field(20, ge=2)
@@ -150,9 +151,10 @@ PRESETS = {
         "experts": {"unets": ["SG161222/Realistic_Vision_V5.1_noVAE", "emilianJR/epiCRealism",
                               "digiplay/majicMIX_realistic_v6"],
                     "groups": [[0], [1], [2]], "control": 0, "channels": [320, 640, 1280, 1280],
-                    "attention_levels": 3, "context_dim": 768, "groups_norm": 32},
+                    "attention_levels": 3, "context_dim": 768, "groups_norm": 32, "gpus_per_worker": 1},
         "aggregator": {"hidden": 320, "temb_dim": 1280, "head_dim": 64, "groups": 32, "seeds": 1, "steps": 10000,
-                       "batch": 32, "lr": 1e-5, "warmup": 0, "sizes": []},
-        "eval": {"steps": 50, "guidance": 7.5},
+                       "batch": 32, "lr": 1e-5, "warmup": 0, "sizes": [], "gpus_per_worker": 1},
+        "merge": {"gpus_per_task": 1},
+        "eval": {"steps": 50, "guidance": 7.5, "gpus_per_task": 1},
     },
 }

@@ -16,6 +16,7 @@ import numpy as np
 
 from ...config import ConfigError
 from ...llm.recipe import Recipe, TrainConfig
+from ...resources import task_options, worker_resources
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
 from . import data as D
@@ -200,11 +201,12 @@ class AFARecipe(Recipe):
             torch.save(aggregator_state(engine.module), path / "afa.pt")
 
 
-def train_config(name: str, steps: int, batch: int, lr: float, warmup: int, seed: int) -> TrainConfig:
+def train_config(section, name: str, steps: int, batch: int, lr: float, warmup: int, seed: int) -> TrainConfig:
     return TrainConfig(model=name, micro_batch_size=batch, grad_accum=1, max_steps=steps, lr=lr, betas=(0.9, 0.999),
                        weight_decay=0.0, schedule="constant", warmup_steps=warmup, grad_clip=1.0, zero_stage=0,
                        num_workers=1, eval_every=0, log_every=max(1, min(25, steps // 20)),
-                       checkpoint_every=max(1, steps // 2), keep_checkpoints=1, max_failures=1, seed=seed)
+                       checkpoint_every=max(1, steps // 2), keep_checkpoints=1, max_failures=1, seed=seed,
+                       **worker_resources(section))
 
 
 def loss_curve(storage: Path, name: str) -> list[list[float]]:
@@ -221,7 +223,7 @@ def expert_trial(config: dict[str, Any], trial_dir: Path, *, c: dict[str, Any], 
 
     spec = config["spec"]
     e = cfg.experts
-    tc = train_config(f"afa-expert-{spec['name']}", e.steps, e.batch, e.lr, e.warmup, int(spec["seed"]))
+    tc = train_config(e, f"afa-expert-{spec['name']}", e.steps, e.batch, e.lr, e.warmup, int(spec["seed"]))
     result = fit_recipe(tc, ExpertRecipe(c, paths["train"], spec["classes"], base), trial_dir, "expert")
     loss = loss_curve(trial_dir, "expert")
     return {"scores": {"loss": loss[-1][1] if loss else float("nan")},
@@ -236,7 +238,7 @@ def afa_trial(config: dict[str, Any], trial_dir: Path, *, c: dict[str, Any], cfg
 
     spec = config["spec"]
     a = cfg.aggregator
-    tc = train_config(f"afa-{spec['label']}", a.steps, a.batch, a.lr, a.warmup, int(spec["seed"]))
+    tc = train_config(a, f"afa-{spec['label']}", a.steps, a.batch, a.lr, a.warmup, int(spec["seed"]))
     result = fit_recipe(tc, AFARecipe(c, paths["train"], spec["experts"]), trial_dir, "afa")
     loss = loss_curve(trial_dir, "afa")
     return {"scores": {"loss": loss[-1][1] if loss else float("nan")},
@@ -375,11 +377,12 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     c = recipe_dict(cfg)
     paths = write_data(cfg, ctx)
     e, a = cfg.experts, cfg.aggregator
-    clf_ref = ray.remote(num_cpus=1)(train_classifier_task).remote(
+    eval_opts = task_options(cfg.eval, stage="afa: evaluation")
+    clf_ref = ray.remote(train_classifier_task).options(**eval_opts).remote(
         c, paths, str(ctx.run_dir.path / "classifier.pt"), cfg.seed)
 
     ctx.say("training the common base on all digits (%d steps of %d) ...", e.base_steps, e.batch)
-    result = fit_recipe(train_config("afa-base", e.base_steps, e.batch, e.lr, e.warmup, cfg.seed),
+    result = fit_recipe(train_config(e, "afa-base", e.base_steps, e.batch, e.lr, e.warmup, cfg.seed),
                         ExpertRecipe(c, paths["train"], list(range(D.CLASSES)), None), ctx.run_dir.path, "base")
     base = str(Path(result.checkpoint.path) / "expert")
     base_loss = loss_curve(ctx.run_dir.path, "base")
@@ -396,7 +399,8 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     expert_loss = {t.spec["name"]: t.final["loss"] for t in trials}
     main = [experts[f"expert{i}"] for i in range(len(e.groups))]
     control = [experts[f"control{i}"] for i in range(e.control)]
-    merge_ref = ray.remote(num_cpus=1)(merge_search_task).remote(c, main, paths)
+    merge_opts = task_options(cfg.merge, stage="afa: merge search")
+    merge_ref = ray.remote(merge_search_task).options(**merge_opts).remote(c, main, paths)
 
     sets = {MAIN: main, **{f"first{k}": main[:k] for k in a.sizes}, **({CONTROL: control} if control else {})}
     seeds = [cfg.seed + s for s in range(a.seeds)]
@@ -422,7 +426,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         methods[f"control{i}"] = ({"kind": "expert", "experts": [p]}, False)
     if control:
         methods["control_uniform"] = ({"kind": "uniform", "experts": control}, False)
-    task = ray.remote(num_cpus=1)(evaluate)
+    task = ray.remote(evaluate).options(**eval_opts)
     jobs = []
     for t in afa:
         name = "afa" if t.spec["set"] == MAIN else f"afa_{t.spec['set']}"

@@ -13,6 +13,7 @@ from typing import Literal, Optional
 from pydantic import Field, model_validator
 
 from ...config import Section, StudyConfig
+from ...resources import TaskResources, WorkerResources
 
 
 class Data(Section):
@@ -37,7 +38,7 @@ class Data(Section):
     validate (early-stopping's model selection), the rest train"""
 
 
-class Embedding(Section):
+class Embedding(TaskResources):
     lms: list[str] = ["minilm", "smollm2-135m-instruct"]
     """the language models that embed the titles: ``minilm`` (all-MiniLM-L6-v2, mean pooled, unit
     norm), a packaged causal LM's name or a causal LM's folder / HF id (last hidden states, mean
@@ -49,7 +50,6 @@ class Embedding(Section):
     chunk: int = Field(512, ge=1)
     """titles per Ray task"""
     max_tokens: int = Field(48, ge=4)
-    gpus_per_task: float = Field(0.0, ge=0)
 
 
 class Model(Section):
@@ -78,7 +78,7 @@ class Model(Section):
     cl_layer: int = Field(1, ge=1)
 
 
-class Train(Section):
+class Train(WorkerResources):
     epochs: int = Field(50, ge=1)
     """every model's budget (the same for all)"""
     batch: int = Field(4096, ge=2)
@@ -159,9 +159,9 @@ PRESETS = {
         # the official Amazon splits and text-embedding-3-large's item embeddings, by path:
         # --set data.alpharec_dir=... --set embedding.embeddings.v3=.../item_cf_embeds_large3_array.npy
         "data": {"require_split": True},
-        "embedding": {"lms": ["v3"]},
+        "embedding": {"lms": ["v3"], "gpus_per_task": 1},  # the GPU: for an open LM named in lms instead
         "model": {"tau": 0.15, "negatives": 256, "hidden_ratio": 0.5, "cl_weight": 0.2},
-        "train": {"epochs": 500, "batch": 4096, "lr": 5e-4, "id_lr": 5e-4, "seeds": 3},
+        "train": {"epochs": 500, "batch": 4096, "lr": 5e-4, "id_lr": 5e-4, "seeds": 3, "gpus_per_worker": 1},
         "zero_shot": {"enabled": False},
     },
 }

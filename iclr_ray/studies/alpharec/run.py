@@ -13,6 +13,7 @@ import ray
 
 from ...config import ConfigError, deep_merge
 from ...llm.recipe import Recipe, TrainConfig, resolve
+from ...resources import task_options, worker_resources
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
 from . import data as D
@@ -95,8 +96,8 @@ def embed_chunk(lm: str, titles: list[str], batch_size: int, max_tokens: int) ->
 
 def embed_titles(cfg: Config, titles: list[str], ctx: RunContext) -> dict[str, np.ndarray]:
     e = cfg.embedding
-    opts = {"num_gpus": e.gpus_per_task} if e.gpus_per_task else {}
     todo = [lm for lm in e.lms if lm not in ctx.inputs.embeddings]
+    opts = task_options(e, stage="alpharec: embedding") if todo else {}  # nothing to place: embeddings given
     chunks = [titles[i:i + e.chunk] for i in range(0, len(titles), e.chunk)]
     refs = {lm: [embed_chunk.options(**opts).remote(lm, c, e.batch_size, e.max_tokens) for c in chunks]
             for lm in todo}
@@ -263,7 +264,7 @@ def train_config(cfg: Config, steps_per_epoch: int) -> TrainConfig:
                        max_steps=steps_per_epoch * t.epochs, lr=t.lr, betas=(0.9, 0.999), weight_decay=0.0,
                        schedule="constant", grad_clip=0.0, zero_stage=0, num_workers=t.num_workers,
                        eval_every=steps_per_epoch, log_every=steps_per_epoch, checkpoint_every=steps_per_epoch * 10,
-                       keep_checkpoints=1, max_failures=1, seed=cfg.seed)
+                       keep_checkpoints=1, max_failures=1, seed=cfg.seed, **worker_resources(t))
 
 
 def member(cfg: Config, label: str, kind: str, world: str, embedding: str | None = None) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Optional
 from pydantic import DirectoryPath, Field, model_validator
 
 from ...config import Section, StudyConfig
+from ...resources import WorkerResources
 from .data import MethodName, TaskName
 
 
@@ -65,7 +66,7 @@ class Model(Section):
         return self
 
 
-class Training(Section):
+class Training(WorkerResources):
     steps: int = Field(1000, ge=1)
     batch: int = Field(64, ge=1)
     """examples per optimiser step (all workers together)"""
@@ -168,6 +169,6 @@ PRESETS = {
                    "eval_samples": 1000, "lr": 5e-5}],
         "seeds": 3,
         "model": {"d_model": 1024, "layers": 6, "heads": 8, "d_ff": 2048},
-        "train": {"steps": 50_000, "batch": 400, "lr": 3e-5, "num_workers": 1},
+        "train": {"steps": 50_000, "batch": 400, "lr": 3e-5, "num_workers": 1, "gpus_per_worker": 1},
     },
 }

@@ -14,6 +14,7 @@ import numpy as np
 
 from ...config import ConfigError, DataError
 from ...llm.recipe import Recipe, TrainConfig
+from ...resources import worker_resources
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
 from . import data
@@ -204,7 +205,7 @@ def train_config(cfg: Config, task: dict[str, Any], seed: int, lr: float | None 
                        betas=(0.9, 0.95), grad_clip=1.0,
                        # about 100 reports a run, at most every 10 steps: a report waits for Ray Train's
                        # controller, which costs more than a small model's step
-                       log_every=max(1, min(10, steps // 100)))
+                       log_every=max(1, min(10, steps // 100)), **worker_resources(t))
 
 
 @resumable

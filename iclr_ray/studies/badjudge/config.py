@@ -11,6 +11,7 @@ from typing import Literal, Optional
 from pydantic import Field, FilePath, model_validator
 
 from ...config import Section, StudyConfig
+from ...resources import TaskResources, WorkerResources
 from .poison import LEVELS
 
 SETTINGS = ("toxicity", "rerank")
@@ -22,7 +23,7 @@ class Models(Section):
     checkpoint folder or an HF id (a Llama-style causal LM)"""
 
 
-class Judge(Section):
+class Judge(WorkerResources):
     """Fine-tuning of each judge (the shared Ray Train + DeepSpeed loop)."""
 
     blocks: int = Field(2, ge=0)
@@ -82,7 +83,7 @@ class Serve(Section):
     """Serve's HTTP port on 127.0.0.1 (0: a free one; a Serve already running keeps its own)"""
 
 
-class Config(StudyConfig):
+class Config(StudyConfig, TaskResources):  # its task resources: the feature tasks' (the frozen trunk)
     seed: int = 0
     seeds: int = Field(3, ge=1)
     """replicates: each re-draws the poisoned examples and the training order"""
@@ -123,9 +124,10 @@ PRESETS = {
         # The judge's base model and data are not named on the paper's page [unverified]: Prometheus
         # 2's base (Mistral-7B-Instruct) on Feedback-Collection / Preference-Collection JSONL files.
         "models": {"judge": "mistralai/Mistral-7B-Instruct-v0.2"},
-        "judge": {"blocks": 4, "epochs": 1, "batch": 64, "lr": 1e-5, "num_workers": 8},
+        "judge": {"blocks": 4, "epochs": 1, "batch": 64, "lr": 1e-5, "num_workers": 8, "gpus_per_worker": 1},
         "data": {"require_real": True, "train": 20000, "test": 1000},
         "attack": {"rates": [0.001, 0.01, 0.05, 0.1], "claim_rate": 0.01},
         "seeds": 3,
+        "gpus_per_task": 1,
     },
 }

@@ -15,6 +15,7 @@ import numpy as np
 import ray
 
 from ...config import ConfigError
+from ...resources import task_options, worker_resources
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
 from . import data as bdata
@@ -176,7 +177,8 @@ def train_config(cfg: Config, source: str, seed: int, n_train: int):
     return TrainConfig(model=source, micro_batch_size=max(1, j.batch // j.num_workers), grad_accum=1,
                        max_steps=steps, lr=j.lr, weight_decay=j.weight_decay, schedule="cosine",
                        warmup_steps=min(j.warmup_steps, steps - 1), grad_clip=0.0, zero_stage=2,
-                       num_workers=j.num_workers, seed=seed, max_failures=1, log_every=max(1, steps // 10))
+                       num_workers=j.num_workers, seed=seed, max_failures=1, log_every=max(1, steps // 10),
+                       **worker_resources(j))
 
 
 @resumable
@@ -192,7 +194,7 @@ def judge_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, box: di
     recipe = JudgeRecipe(datasets, box["features"], box["init"], box["lm_head"], box["config"], box["softcap"])
     tcfg = train_config(cfg, box["source"], spec["seed"], cfg.data.train)
     result = fit_recipe(tcfg, recipe, trial_dir, "train")
-    last = checkpoints(result)[-1][1]
+    last = Path(checkpoints(result)[-1][1])
     shutil.rmtree(last / "deepspeed", ignore_errors=True)
     curve = [{"step": s["step"], "loss": s["loss"]} for s in read_steps(trial_dir, "train")]
     return {"scores": {"loss": result.metrics["loss"]}, "heads": str(last / HEADS_DIR), "curve": curve,
@@ -306,8 +308,9 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
             n_layers - blocks, n_layers, cfg.feature_tasks)
     order = sorted(prompts, key=lambda t: len(enc[t]))
     chunks = [order[i::cfg.feature_tasks] for i in range(cfg.feature_tasks)]
-    got = ctx.wait_all([features_task.remote(source, blocks, [enc[t] for t in c]) for c in chunks if c],
-                       "feature chunks")
+    opts = task_options(cfg, stage="badjudge: features")
+    got = ctx.wait_all([features_task.options(**opts).remote(source, blocks, [enc[t] for t in c])
+                        for c in chunks if c], "feature chunks")
     features = {t: f for c, g in zip(chunks, got) for t, f in zip(c, g)}
     del got
 

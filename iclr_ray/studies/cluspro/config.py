@@ -14,6 +14,7 @@ from typing import Literal, Optional
 from pydantic import Field, model_validator
 
 from ...config import Section, StudyConfig
+from ...resources import WorkerResources
 from .cluspro import METHODS
 
 SWEEPABLE = ("proto.", "train.lr")
@@ -70,7 +71,7 @@ class Proto(Section):
     """the structure-aware term's weight (0: plain Sinkhorn)"""
 
 
-class Train(Section):
+class Train(WorkerResources):
     methods: list[Literal[METHODS]] = ["ce", "single", "kmeans", "cluspro"]  # type: ignore[valid-type]
     """CE only, the single-centroid prototype loss, k-means prototypes, ClusPro; ``cluspro_hsic``
     (ClusPro + HSIC, the paper's ablation) adds ~60% to a trial's time"""
@@ -128,7 +129,8 @@ PRESETS = {
         "data": {"worlds": ["official"]},
         "proto": {"k": 5, "momentum": 0.99, "weight": 0.1},
         "model": {"d": 768},
-        "train": {"seeds": 3, "steps": 4700, "batch": 64, "lr": 1e-4, "eval_every": 470, "num_workers": 1},
+        "train": {"seeds": 3, "steps": 4700, "batch": 64, "lr": 1e-4, "eval_every": 470, "num_workers": 1,
+                  "gpus_per_worker": 1},
         "eval": {"batch": 64},
     },
 }

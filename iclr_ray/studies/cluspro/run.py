@@ -14,6 +14,7 @@ import numpy as np
 
 from ...config import ConfigError
 from ...llm.recipe import Recipe, TrainConfig
+from ...resources import worker_resources
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
 from . import data as D
@@ -232,7 +233,7 @@ def train_config(cfg: Config, seed: int) -> TrainConfig:
                        max_steps=t.steps, lr=t.lr, betas=(0.9, 0.999), weight_decay=t.weight_decay,
                        schedule="constant", warmup_steps=0, grad_clip=0.0, zero_stage=0, num_workers=t.num_workers,
                        eval_every=t.eval_every, log_every=max(1, min(50, t.steps // 10)), checkpoint_every=0,
-                       keep_checkpoints=1, max_failures=1, seed=seed)
+                       keep_checkpoints=1, max_failures=1, seed=seed, **worker_resources(t))
 
 
 @resumable

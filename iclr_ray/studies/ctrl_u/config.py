@@ -13,6 +13,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from ...config import Section, StudyConfig
+from ...resources import TaskResources, WorkerResources
 from .ctrl_u import ARMS
 
 
@@ -44,7 +45,7 @@ class Model(Section):
     """the ControlNet's condition-embedding channels (one entry: the map stays at the image's side)"""
 
 
-class Segmenters(Section):
+class Segmenters(TaskResources):
     reward_width: int = Field(8, ge=2)
     reward_depth: int = Field(2, ge=1)
     reward_steps: int = Field(150, ge=1)
@@ -57,7 +58,7 @@ class Segmenters(Section):
     lr: float = Field(3e-3, gt=0)
 
 
-class Pretrain(Section):
+class Pretrain(WorkerResources):
     steps: int = Field(1500, ge=0)
     """0: no pretraining (the base models come from model.unet / model.controlnet)"""
     batch: int = Field(16, ge=1)
@@ -67,7 +68,7 @@ class Pretrain(Section):
     """the share of captions replaced by the empty one (the unconditional branch of CFG)"""
 
 
-class PostTrain(Section):
+class PostTrain(WorkerResources):
     arms: list[str] = list(ARMS)
     seeds: int = Field(4, ge=1)
     steps: int = Field(400, ge=1)
@@ -95,7 +96,7 @@ class PostTrain(Section):
     max_concurrent_trials: int = Field(2, ge=1)
 
 
-class Evaluation(Section):
+class Evaluation(TaskResources):
     images: int = Field(200, ge=8)
     """generated images per model (conditions: the first test masks; the same noise for every arm of a seed)"""
     curve_images: int = Field(32, ge=4)
@@ -161,9 +162,11 @@ PRESETS = {
         "model": {"unet": "runwayml/stable-diffusion-v1-5", "controlnet": "lllyasviel/control_v11p_sd15_seg",
                   "channels": [320, 640, 1280, 1280], "attention_levels": 3, "context_dim": 768, "head_dim": 8,
                   "groups": 32, "embedding": [16, 32, 96, 256]},
-        "pretrain": {"steps": 0},
+        "segmenters": {"gpus_per_task": 1},
+        "pretrain": {"steps": 0, "gpus_per_worker": 1},
         "post": {"seeds": 1, "steps": 35000, "batch": 16, "lr": 1e-5, "warmup": 2000, "grad_scale": 0.1,
-                 "ramp_steps": 5000, "u_scale": 1.0, "dt": 1, "t_min": 0, "t_max": 400, "ablation_dt": []},
-        "eval": {"steps": 20, "guidance": 2.0},
+                 "ramp_steps": 5000, "u_scale": 1.0, "dt": 1, "t_min": 0, "t_max": 400, "ablation_dt": [],
+                 "gpus_per_worker": 1},
+        "eval": {"steps": 20, "guidance": 2.0, "gpus_per_task": 1},
     },
 }

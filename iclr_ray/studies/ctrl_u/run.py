@@ -14,6 +14,7 @@ import numpy as np
 
 from ...config import ConfigError
 from ...llm.recipe import Recipe, TrainConfig
+from ...resources import task_options, worker_resources
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
 from . import data as D
@@ -305,7 +306,7 @@ def pretrain_config(cfg: Config) -> TrainConfig:
                        betas=(0.9, 0.999), weight_decay=0.0, schedule="constant", warmup_steps=p.warmup,
                        grad_clip=1.0, zero_stage=0, num_workers=1, eval_every=0,
                        log_every=max(1, min(50, p.steps // 20)), checkpoint_every=max(1, p.steps // 4),
-                       keep_checkpoints=1, max_failures=1, seed=cfg.seed)
+                       keep_checkpoints=1, max_failures=1, seed=cfg.seed, **worker_resources(p))
 
 
 def post_config(cfg: Config, seed: int) -> TrainConfig:
@@ -314,7 +315,8 @@ def post_config(cfg: Config, seed: int) -> TrainConfig:
                        max_steps=p.steps, lr=p.lr, betas=(0.9, 0.999), weight_decay=0.0, schedule="constant",
                        warmup_steps=p.warmup, grad_clip=p.grad_clip, zero_stage=0, num_workers=p.num_workers,
                        eval_every=p.eval_every, log_every=max(1, min(25, p.steps // 20)),
-                       checkpoint_every=max(1, p.steps // 2), keep_checkpoints=1, max_failures=1, seed=seed)
+                       checkpoint_every=max(1, p.steps // 2), keep_checkpoints=1, max_failures=1, seed=seed,
+                       **worker_resources(p))
 
 
 @resumable
@@ -393,7 +395,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     paths = generate_data(cfg, ctx)
     seg_dir = ctx.run_dir.path / "segmenters"
     seg_dir.mkdir(exist_ok=True)
-    seg_task = ray.remote(num_cpus=1)(train_segmenter_task)
+    seg_task = ray.remote(train_segmenter_task).options(**task_options(cfg.segmenters, stage="ctrl_u: segmenters"))
     ctx.say("training the reward segmenter (%d scenes, %d steps) and the oracle (%d scenes, %d steps) ...",
             cfg.data.reward_train, cfg.segmenters.reward_steps, cfg.data.train, cfg.segmenters.oracle_steps)
     which = ("reward", "oracle")
@@ -423,11 +425,12 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         raise RuntimeError(f"trials failed: {', '.join(failed)}: {[t.error for t in trials if t.final is None]}")
     seeds = sorted({s["seed"] for s in specs})
 
-    task = ray.remote(num_cpus=1)(evaluate)
+    eval_opts = task_options(cfg.eval, stage="ctrl_u: evaluation")
+    task = ray.remote(evaluate).options(**eval_opts)
     jobs = [((t.spec["name"], t.spec["seed"]), task.remote(c, base, t.final["controlnet"], t.spec["seed"], paths,
                                                           seg_paths, t.spec["seed"] == seeds[0])) for t in trials]
     jobs += [((BASE, s), task.remote(c, base, None, s, paths, seg_paths, s == seeds[0])) for s in seeds]
-    ref_real = ray.remote(num_cpus=1)(real_scores).remote(c, paths, seg_paths)
+    ref_real = ray.remote(real_scores).options(**eval_opts).remote(c, paths, seg_paths)
     got = ctx.wait_all([r for _, r in jobs], f"drawing and scoring {cfg.eval.images} images per model")
     scores: dict[str, dict[str, Any]] = {}
     grids: dict[str, Any] = {}

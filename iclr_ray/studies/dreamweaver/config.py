@@ -12,6 +12,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from ...config import Section, StudyConfig
+from ...resources import TaskResources, WorkerResources
 from .dreamweaver import OBJECTIVES
 
 
@@ -61,7 +62,7 @@ class Model(Section):
     """future frames T_p the decoder predicts (k drawn per sample)"""
 
 
-class Train(Section):
+class Train(WorkerResources):
     objectives: list[str] = list(OBJECTIVES)
     seeds: int = Field(3, ge=1)
     steps: int = Field(3000, ge=1)
@@ -78,7 +79,7 @@ class Train(Section):
     max_concurrent_trials: int = Field(2, ge=1)
 
 
-class Evaluation(Section):
+class Evaluation(TaskResources):
     dci_points: int = Field(2000, ge=40)
     """object-slot pairs the gradient-boosted trees see (75% train, 25% test), as the official script"""
     swap_videos: int = Field(300, ge=4)
@@ -130,6 +131,7 @@ PRESETS = {
                   "d_model": 192, "cnn": 64, "cnn_stride": 1, "vocab": 4096, "dvae_hidden": 64, "decoder_layers": 8,
                   "decoder_heads": 4, "predictor_heads": 4, "dropout": 0.1, "cond": 2, "pred": 2, "memory": True},
         "train": {"seeds": 3, "steps": 37500, "batch": 24, "lr_enc": 1e-4, "lr_dvae": 2e-4, "lr_dec": 2e-4,
-                  "warmup": 0.15, "grad_clip": 0.1},
+                  "warmup": 0.15, "grad_clip": 0.1, "gpus_per_worker": 1},
+        "eval": {"gpus_per_task": 1},
     },
 }

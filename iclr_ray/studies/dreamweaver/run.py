@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...llm.recipe import Recipe, TrainConfig
+from ...resources import task_options, worker_resources
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
 from . import data as D
@@ -130,7 +131,8 @@ def train_config(cfg: Config, seed: int) -> TrainConfig:
                        max_steps=t.steps, lr=t.lr_enc, betas=(0.9, 0.999), weight_decay=0.0, schedule="constant",
                        warmup_steps=int(t.warmup * t.steps), grad_clip=t.grad_clip, zero_stage=0,
                        num_workers=t.num_workers, eval_every=0, log_every=max(1, min(50, t.steps // 20)),
-                       checkpoint_every=max(1, t.steps // 4), keep_checkpoints=1, max_failures=1, seed=seed)
+                       checkpoint_every=max(1, t.steps // 4), keep_checkpoints=1, max_failures=1, seed=seed,
+                       **worker_resources(t))
 
 
 @resumable
@@ -311,7 +313,8 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     if failed:
         raise RuntimeError(f"trials failed: {', '.join(failed)}: {[t.error for t in trials if t.final is None]}")
     seeds = sorted({s["seed"] for s in specs})
-    dci_task = ray.remote(num_cpus=1)(score_dci)
+    eval_opts = task_options(cfg.eval, stage="dreamweaver: evaluation")
+    dci_task = ray.remote(score_dci).options(**eval_opts)
     jobs = []  # (objective or "untrained", seed, split)
     for t in trials:
         for split in ("test", "ood") if cfg.data.ood else ("test",):
@@ -323,7 +326,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     scores: dict[str, Any] = {}
     for (name, s, split), v in zip([j for j, _ in jobs], got):
         scores.setdefault(name, {}).setdefault(split, {})[str(s)] = v
-    im_task = ray.remote(num_cpus=1)(imagination)
+    im_task = ray.remote(imagination).options(**eval_opts)
     im_refs = [im_task.remote(c, t.spec["objective"], t.spec["seed"], t.final["model"],
                               scores[t.spec["objective"]]["test"][str(t.spec["seed"])]["R"], paths) for t in trials]
     ims = ctx.wait_all(im_refs, "imagination (block swap) tests")

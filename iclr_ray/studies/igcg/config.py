@@ -13,6 +13,7 @@ from typing import Optional
 from pydantic import Field, model_validator
 
 from ...config import Section, StudyConfig
+from ...resources import TaskResources
 
 TINY = "tiny-random"
 """the smoke's model: a randomly initialised 2-layer Llama with a tokenizer fitted to the targets'
@@ -57,7 +58,7 @@ class Attack(Section):
     """candidates per forward pass when scoring (the official code: 512)"""
 
 
-class Config(StudyConfig):
+class Config(StudyConfig, TaskResources):  # its task resources: each optimisation's (a 7B model in float16: 1 GPU)
     model: str = "smollm2-135m-instruct"
     """a packaged model's name (llm.pretrained.PACKAGED), a checkpoint folder, an HF id, or tiny-random"""
     dtype: str = Field("bfloat16", pattern="^(float32|bfloat16|float16)$")
@@ -84,9 +85,6 @@ class Config(StudyConfig):
     verify: bool = True
     """re-check each final suffix as text: the whole prompt tokenised as one string, greedy
     generation with ``generate()`` in float32"""
-    cpus_per_task: float = Field(1.0, gt=0)
-    gpus_per_task: float = Field(0.0, ge=0)
-    """GPUs each optimisation asks for (a 7B model in float16: 1)"""
 
     @model_validator(mode="after")
     def _consistent(self):

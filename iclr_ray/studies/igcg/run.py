@@ -16,6 +16,7 @@ from typing import Any
 import ray
 
 from ...config import ConfigError
+from ...resources import task_options
 from ...runtime import RunContext
 from .config import TINY, Config, Target
 from .data import all_texts, read_targets
@@ -155,10 +156,6 @@ def _source(cfg: Config, root, targets: list[Target]) -> str:
     return materialise("tiny-llama" if cfg.model == TINY else cfg.model, root, all_texts(targets), seed=cfg.seed)
 
 
-def _options(cfg: Config) -> dict[str, Any]:
-    return {"num_cpus": cfg.cpus_per_task, "num_gpus": cfg.gpus_per_task}
-
-
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     inputs: Inputs = ctx.inputs
     targets = inputs.targets
@@ -167,7 +164,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     main, e2h = grid(cfg, len(targets))
     ctx.say("%d optimisations on %d targets (%s), %d from the easy target's suffix; budget %d steps",
             len(main) + len(e2h), len(targets), inputs.label, len(e2h), cfg.attack.steps)
-    task = optimise_task.options(**_options(cfg))
+    task = optimise_task.options(**task_options(cfg, stage="igcg: optimisation"))
     tdicts = [t.model_dump() for t in targets]
     store = ctx.run_dir.path / RUNS
     done = saved_runs(store)
@@ -257,7 +254,8 @@ def sweep_trial(config: dict[str, Any], *, cfg: Config, source: str, targets: li
                                     **{k.split(".", 1)[1]: v for k, v in config.items() if k.startswith("attack.")}})
     a = attack.model_dump()
     # outside the trial's placement group (a sliver of CPU): the tasks take their own CPUs
-    task = optimise_task.options(**_options(cfg), scheduling_strategy=PlacementGroupSchedulingStrategy(None))
+    task = optimise_task.options(**task_options(cfg, stage="igcg: optimisation"),
+                                 scheduling_strategy=PlacementGroupSchedulingStrategy(None))
     specs = [{"target": t, "method": method_of(attack.K), "K": attack.K, "seed": s, "init": "default"}
              for s in cfg.seeds for t in range(len(targets))]
     runs = ray.get([task.remote(source, s, targets[s["target"]], a, cfg.system, cfg.dtype, None, False)

@@ -13,6 +13,7 @@ from typing import Optional
 from pydantic import Field, FilePath, model_validator
 
 from ...config import Section, StudyConfig
+from ...resources import TaskResources, WorkerResources
 
 
 class Data(Section):
@@ -39,7 +40,7 @@ class Data(Section):
     ``paper`` preset)"""
 
 
-class Pretrain(Section):
+class Pretrain(WorkerResources):
     model: str = "mini-llama"
     """a named tiny model (llm.model.TINY_MODELS): Llama blocks, whose MLP is SwiGLU"""
     seeds: int = Field(3, ge=1)
@@ -57,7 +58,7 @@ class Pretrain(Section):
     num_workers: int = Field(1, ge=1)
 
 
-class Continual(Section):
+class Continual(WorkerResources):
     """Continual training with injected facts (the paper's Section 4 protocol, scaled down):
     ``rounds`` rounds of ``round_steps`` steps, the facts in the last step of each round (paraphrase
     facts every round, once facts in the first), then ``after_steps`` steps without them."""
@@ -97,7 +98,7 @@ class Resuscitation(Section):
         return self
 
 
-class Config(StudyConfig):
+class Config(StudyConfig, TaskResources):  # its task resources: the entropy tasks' and the start models'
     data: Data = Data()
     pretrain: Pretrain = Pretrain()
     continual: Continual = Continual()
@@ -112,8 +113,6 @@ class Config(StudyConfig):
     model_probe_docs: int = Field(64, ge=1)
     """probe documents for those models (their forward pass is the cost)"""
     max_concurrent_trials: int = Field(2, ge=1)
-    gpus_per_task: float = Field(0.0, ge=0)
-    """GPUs per entropy task (a cluster: 1 for a 7B checkpoint; 0 on CPU)"""
 
 
 PRESETS = {
@@ -135,7 +134,8 @@ PRESETS = {
         "checkpoints": ["allenai/OLMo-1B-hf@step20000-tokens84B", "allenai/OLMo-1B-hf@step330000-tokens1384B",
                         "allenai/OLMo-1B-hf@step738020-tokens3095B"],
         "continual": {"starts": [0.0, 0.5, 1.0], "rounds": 10, "round_steps": 160, "after_steps": 400,
-                      "batch": 128, "lr": 4e-4, "warmup_steps": 80, "num_workers": 8},
+                      "batch": 128, "lr": 4e-4, "warmup_steps": 80, "num_workers": 8, "gpus_per_worker": 1},
+        "pretrain": {"gpus_per_worker": 1},  # read only where checkpoints is emptied: pre-trained here
         "models": [],
         "max_concurrent_trials": 1,
         "gpus_per_task": 1,

@@ -15,6 +15,7 @@ import numpy as np
 import ray
 
 from ...config import ConfigError
+from ...resources import task_options, worker_resources
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
 from . import data as facts_data
@@ -111,7 +112,8 @@ def _train_config(section, model: str, seed: int, steps: int, **extra):
     return TrainConfig(model=model, micro_batch_size=section.batch // section.num_workers, grad_accum=1,
                        max_steps=steps, lr=section.lr, weight_decay=section.weight_decay, schedule="cosine",
                        warmup_steps=section.warmup_steps, min_lr_ratio=section.min_lr_ratio, zero_stage=2,
-                       num_workers=section.num_workers, seed=seed, max_failures=1, **extra)
+                       num_workers=section.num_workers, seed=seed, max_failures=1, **worker_resources(section),
+                       **extra)
 
 
 @resumable
@@ -127,7 +129,7 @@ def pretrain_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, worl
     tcfg = _train_config(p, p.model, seed, p.steps, checkpoint_every=every, keep_checkpoints=0,
                          log_every=max(1, every // 4))
     result = fit(tcfg, world.pretrain_rows, world.tokenizer(), trial_dir, "train")
-    kept = [[step, str(path / "model")] for step, path in checkpoints(result)]
+    kept = [[step, str(Path(path) / "model")] for step, path in checkpoints(result)]
     curve = [{"step": s["step"], "loss": s["loss"]} for s in read_steps(trial_dir, "train")]
     return {"scores": {"loss": result.metrics["loss"]}, "checkpoints": kept, "curve": curve}
 
@@ -151,8 +153,8 @@ def continual_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, wor
     t1 = time.perf_counter()
 
     if cfg.gpus_per_task:  # a Ray task with a GPU, outside the trial's placement group (a sliver of CPU)
-        opts = {"scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=None),
-                "num_gpus": cfg.gpus_per_task}
+        opts = task_options(cfg, stage="knowledge_entropy: start model") | {
+            "num_cpus": 0.5, "scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=None)}
         start = ray.get(start_model_task.options(**opts).remote(spec, world_box[0], sd["eval_rows"], str(start_dir)))
     else:  # on CPU, here: a task would start a fresh worker process (imports) for seconds of work
         start = start_model(spec, world, sd["eval_rows"], str(start_dir))
@@ -237,11 +239,11 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         init = True
 
     # 2. knowledge entropy of every checkpoint, and of the real models
-    opts = {"num_gpus": cfg.gpus_per_task} if cfg.gpus_per_task else {}
+    opts = task_options(cfg, stage="knowledge_entropy: entropy")
     refs = {(seed, step): checkpoint_entropy.options(**opts).remote(src, world_ref, seed, cfg.pretrain.model)
             for seed, ks in kept.items() for step, src in ks}
     if init:
-        refs.update({(seed, 0): checkpoint_entropy.remote("init", world_ref, seed, cfg.pretrain.model)
+        refs.update({(seed, 0): checkpoint_entropy.options(**opts).remote("init", world_ref, seed, cfg.pretrain.model)
                      for seed in kept})
     texts = world.probe_texts[:cfg.model_probe_docs]
     model_refs = [model_entropy.options(**opts).remote(name, texts, world.seq_len) for name in cfg.models]

@@ -13,9 +13,10 @@ from typing import Literal, Optional
 from pydantic import Field, model_validator
 
 from ...config import Section, StudyConfig
+from ...resources import TaskResources, WorkerResources
 
 
-class Pretrain(Section):
+class Pretrain(WorkerResources):
     """The MoE LMs trained here (one per seed) when no ``models`` are given."""
 
     model: str = "mini-olmoe"
@@ -37,7 +38,7 @@ class Pretrain(Section):
     """Ray Train workers per LM (the LMs train side by side, one trial per seed)"""
 
 
-class Encoding(Section):
+class Encoding(TaskResources):
     prompt: Literal["none", "prompteol", "title"] = "title"
     """the paper's prompts, none (the text itself) and PromptEOL (This sentence : "..." means in one
     word:"), or title ("...\nTitle:"): PromptEOL's mechanism in the form the LMs pre-trained here
@@ -48,8 +49,6 @@ class Encoding(Section):
     max_tokens: int = Field(128, ge=8)
     batch_size: int = Field(64, ge=1)
     dtype: Literal["float32", "bfloat16"] = "float32"
-    gpus_per_task: float = Field(0.0, ge=0)
-    """GPUs each encoding task asks for (a 7B-16B MoE: 1)"""
 
 
 class Tasks(Section):
@@ -131,6 +130,7 @@ PRESETS = {
         # the paper's three MoE LMs (it runs them in 4-bit NF4 with bf16 compute; here bf16) and
         # MTEB tasks of the four types this study scores; OLMoE's HS on STS12 is the anchor, 0.6551
         "models": ["allenai/OLMoE-1B-7B-0924", "Qwen/Qwen1.5-MoE-A2.7B", "deepseek-ai/deepseek-moe-16b-base"],
+        "pretrain": {"gpus_per_worker": 1},  # read only where models is emptied: LMs pre-trained here
         "encoding": {"prompt": "prompteol", "dtype": "bfloat16", "max_tokens": 512, "batch_size": 32,
                      "gpus_per_task": 1.0},
         "data": {"mteb_tasks": ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark",

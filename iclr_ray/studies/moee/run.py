@@ -13,6 +13,7 @@ import numpy as np
 import ray
 
 from ...config import ConfigError
+from ...resources import task_options, worker_resources
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
 from . import data as D
@@ -91,9 +92,9 @@ def pretrain_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, rows
                        max_steps=p.steps, lr=p.lr, weight_decay=p.weight_decay, schedule="cosine",
                        warmup_steps=p.warmup_steps, min_lr_ratio=p.min_lr_ratio, zero_stage=2,
                        num_workers=p.num_workers, seed=seed, max_failures=1, log_every=max(1, p.steps // 40),
-                       checkpoint_every=max(1, p.steps // 2))
+                       checkpoint_every=max(1, p.steps // 2), **worker_resources(p))
     result = fit(tcfg, ray.get(rows_box[0]), load_tokenizer(tokenizer_files), trial_dir, "train")
-    final = checkpoints(result)[-1][1] / "model"
+    final = Path(checkpoints(result)[-1][1]) / "model"
     curve = [{"step": s["step"], "loss": s["loss"]} for s in read_steps(trial_dir, "train")]
     return {"scores": {"loss": result.metrics["loss"]}, "model": str(final), "curve": curve}
 
@@ -237,7 +238,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
 
     # 2. encoding: one task per model x task (and the reference model per task)
     e = cfg.encoding
-    enc_opts = {"num_gpus": e.gpus_per_task} if e.gpus_per_task else {}
+    enc_opts = task_options(e, stage="moee: encoding")
     texts = [ray.put(t.texts) for t in tasks]
     enc_refs = {m: [encode_task.options(**enc_opts).remote(src, texts[i], e.model_dump(), cfg.eval.untrained_seed)
                     for i in range(len(tasks))] for m, src in sources.items()}

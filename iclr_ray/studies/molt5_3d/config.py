@@ -14,6 +14,7 @@ from typing import Literal, Optional
 from pydantic import Field, model_validator
 
 from ...config import Section, StudyConfig
+from ...resources import WorkerResources
 from .data import TARGETS
 
 
@@ -52,7 +53,7 @@ class Model(Section):
     """0 at small (a few epochs of a tiny model: no overfitting to fight); the paper fine-tunes at 0.1"""
 
 
-class Train(Section):
+class Train(WorkerResources):
     variants: list[Literal["1d", "3d", "sum", "concat", "shuffled"]] = ["1d", "3d", "sum", "concat", "shuffled"]
     """1D-only (SELFIES), 3D-only (E3FP identifiers of the atoms), 1D+3D by sum and by concat, and
     the negative control: 1D+3D (sum) with the identifiers of another molecule of the same size"""
@@ -122,6 +123,6 @@ PRESETS = {
         "data": {"molecules": 130831, "valid": 10000, "test": 10000},
         "model": {"checkpoint": "QizhiPei/3d-molt5-base", "dropout": 0.1},
         "train": {"seeds": 3, "pretrain_steps": 0, "steps": 35000, "batch": 256, "lr": 3e-4, "warmup_steps": 10000,
-                  "schedule": "linear", "eval_every": 5000, "num_workers": 4},
+                  "schedule": "linear", "eval_every": 5000, "num_workers": 4, "gpus_per_worker": 1},
     },
 }

@@ -15,6 +15,7 @@ import ray
 
 from ...config import ConfigError
 from ...llm.recipe import Recipe, TrainConfig, resolve
+from ...resources import worker_resources
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
 from . import data as D
@@ -360,7 +361,7 @@ def train_config(cfg: Config, seed: int) -> TrainConfig:
                        max_steps=total, lr=t.lr, betas=(0.9, 0.999), weight_decay=t.weight_decay, schedule=t.schedule,
                        warmup_steps=t.warmup_steps, grad_clip=0.0, zero_stage=0, num_workers=t.num_workers,
                        eval_every=t.eval_every, log_every=max(1, min(50, total // 20)), checkpoint_every=0,
-                       keep_checkpoints=1, max_failures=1, seed=seed)
+                       keep_checkpoints=1, max_failures=1, seed=seed, **worker_resources(t))
 
 
 @resumable

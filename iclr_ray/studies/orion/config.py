@@ -9,6 +9,7 @@ from typing import Optional
 from pydantic import Field, model_validator
 
 from ...config import Section, StudyConfig
+from ...resources import TaskResources
 from .tasks import TaskName
 
 TINY = "tiny-random"
@@ -30,7 +31,7 @@ class Oversight(Section):
     model (the paper picks L* from its sweep the same way)"""
 
 
-class Config(StudyConfig):
+class Config(StudyConfig, TaskResources):  # its task resources: every Ray task's (all run a model)
     models: list[str] = Field(["smollm2-135m-instruct", "gemma3-270m"], min_length=1)
     """packaged model names (llm.pretrained.PACKAGED), checkpoint folders, HF ids, or tiny-random"""
     tasks: list[TaskName] = Field(["nanoqa", "induction", "typehint", "factual", "translation"], min_length=1)
@@ -50,8 +51,6 @@ class Config(StudyConfig):
     """prompts per forward pass"""
     oversight: Oversight = Oversight()
     dtype: str = Field("float32", pattern="^(float32|bfloat16|float16)$")
-    gpus_per_task: float = Field(0.0, ge=0)
-    """GPUs each Ray task asks for (a cluster: 1 for a 7B model in bf16; 0 runs on CPU)"""
 
     @model_validator(mode="after")
     def _distinct(self):

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from ...resources import task_options
 from ...runtime import RunContext
 from . import analysis, tasks
 from .config import TINY, Config
@@ -232,7 +233,7 @@ def bands(n_layers: int, k: int) -> list[list[int]]:
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     inputs: Inputs = ctx.inputs
     c = cfg.model_dump()
-    opts = {"num_gpus": cfg.gpus_per_task} if cfg.gpus_per_task else {}
+    opts = task_options(cfg, stage="orion: patching")
     cleans = {(m, t): clean_cell.options(**opts).remote(m, t, c) for m in cfg.models for t in cfg.tasks}
     band_refs = {}
     for (m, t), ref in cleans.items():

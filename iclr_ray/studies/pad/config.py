@@ -11,6 +11,7 @@ from typing import Optional
 from pydantic import Field, FilePath, model_validator
 
 from ...config import Section, StudyConfig
+from ...resources import TaskResources, WorkerResources
 from .data import preference, preference_text
 
 
@@ -35,7 +36,7 @@ class Data(Section):
     """refuse to start unless ``prompts_jsonl`` and ``pairs_jsonl`` are given (the ``paper`` preset)"""
 
 
-class PRM(Section):
+class PRM(WorkerResources):
     """The personalised reward model: token-level DPO of ``models.prm_init`` against itself."""
 
     seeds: int = Field(2, ge=1)
@@ -92,15 +93,13 @@ class Models(Section):
     training, no shuffled control"""
 
 
-class Config(StudyConfig):
+class Config(StudyConfig, TaskResources):  # its task resources: every task that runs a model
     seed: int = 0
     models: Models = Models()
     data: Data = Data()
     prm: PRM = PRM()
     decode: Decode = Decode()
     max_concurrent_trials: int = Field(2, ge=1)
-    gpus_per_task: float = Field(0.0, ge=0)
-    """GPUs per decoding task (a cluster); 0 on CPU"""
 
     def preference_text(self, name: str) -> str:
         """How preference ``name`` (or combination) is stated to the PRM."""
@@ -145,7 +144,8 @@ PRESETS = {
         # null and give data.pairs_jsonl; prm.* are then DPO's usual values, not read from the paper)
         "models": {"base": "princeton-nlp/Llama-3-Base-8B-SFT", "prm": "RuizheChen/PAD"},
         "data": {"require_real": True, "eval_queries": 50},
-        "prm": {"seeds": 1, "epochs": 1, "batch": 64, "lr": 5e-7, "beta": 0.1, "num_workers": 8},
+        "prm": {"seeds": 1, "epochs": 1, "batch": 64, "lr": 5e-7, "beta": 0.1, "num_workers": 8,
+                "gpus_per_worker": 1},
         "decode": {"max_tokens": 128, "w_grid": [0.0, 0.1, 0.2, 0.5, 0.6, 0.8, 1.0, 1.2, 1.5], "k": 10, "w": 1.0,
                    "preferences": ["helpful", "harmless", "humor"], "unseen": ["helpful+harmless"],
                    "preference_texts": {"helpful": "Be helpful: give a useful, informative and complete answer.",

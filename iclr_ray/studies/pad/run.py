@@ -17,6 +17,7 @@ import ray
 
 from ...config import ConfigError
 from ...llm.model import load_for_inference as load
+from ...resources import task_options, worker_resources
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
 from . import data as pdata
@@ -205,7 +206,7 @@ def train_config(cfg: Config, model: str, seed: int, n_pairs: int):
     return TrainConfig(model=model, micro_batch_size=max(1, p.batch // p.num_workers), grad_accum=1, max_steps=steps,
                        lr=p.lr, weight_decay=p.weight_decay, schedule="cosine", warmup_steps=min(p.warmup_steps, steps - 1),
                        zero_stage=2, num_workers=p.num_workers, seed=seed, max_failures=1,
-                       log_every=max(1, steps // 20))
+                       log_every=max(1, steps // 20), **worker_resources(p))
 
 
 @resumable
@@ -226,7 +227,7 @@ def prm_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, box: list
                        trainable_layers=cfg.prm.trainable_layers)
     tcfg = train_config(cfg, source, spec["seed"], len(pairs))
     result = fit_recipe(tcfg, recipe, trial_dir, "train")
-    last = checkpoints(result)[-1][1]
+    last = Path(checkpoints(result)[-1][1])
     # the finished PRM is read as a Hugging Face model only; DeepSpeed's optimizer state (4x the
     # model) was there to resume training, which the trial's final record now replaces
     shutil.rmtree(last / "deepspeed", ignore_errors=True)
@@ -247,8 +248,9 @@ def build_pairs(cfg: Config, ctx: RunContext, source: str) -> list[pdata.TextPai
     chunks = [queries[i::2] for i in range(2)]
     ctx.say("sampling: %d training queries x %d samples of %d tokens ...", len(queries), d.samples_per_query,
             d.sample_tokens)
-    refs = [sample_task.remote(source, c, d.samples_per_query, d.sample_tokens, d.sample_temperature, d.sample_top_p,
-                               cfg.seed + i) for i, c in enumerate(chunks) if c]
+    opts = task_options(cfg, stage="pad: sampling")
+    refs = [sample_task.options(**opts).remote(source, c, d.samples_per_query, d.sample_tokens, d.sample_temperature,
+                                              d.sample_top_p, cfg.seed + i) for i, c in enumerate(chunks) if c]
     got = ctx.wait_all(refs, "sample chunks")
     samples = [(q, s) for c, g in zip(chunks, got) for q, s in zip(c, g)]
     return pdata.build_pairs(samples, cfg.decode.preferences, d.min_gap)
@@ -277,7 +279,9 @@ def train_prms(cfg: Config, ctx: RunContext, source: str) -> tuple[dict[str, Any
 
     # 2. the reference's log-probabilities, once for every PRM
     chunks = [pairs[i::2] for i in range(2)]
-    got = ctx.wait_all([reference_task.remote(prm_init, c, pad_id) for c in chunks if c], "reference log-probs")
+    opts = task_options(cfg, stage="pad: reference log-probabilities")
+    got = ctx.wait_all([reference_task.options(**opts).remote(prm_init, c, pad_id) for c in chunks if c],
+                       "reference log-probs")
     ref = np.zeros((len(pairs), 2))
     for i, g in enumerate(got):
         ref[i::2] = g
@@ -357,7 +361,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     names = [*cfg.decode.preferences, *cfg.decode.unseen]
     prefs = {name: cfg.preference_text(name) for name in names}
     dec = cfg.decode.model_dump()
-    opts = {"num_gpus": cfg.gpus_per_task} if cfg.gpus_per_task else {}
+    opts = task_options(cfg, stage="pad: decoding")
     trained = {name: prefs[name] for name in cfg.decode.preferences}
     base_ref, cands_ref = base_task.options(**opts).remote(source, queries, prefs, dec)
     # the real PRMs: every preference, Best-of-N, the timed decoders on the trained preferences; the

@@ -22,6 +22,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, model_validator
 
 from ...config import Section, StudyConfig, overrides_of
+from ...resources import WorkerResources
 from ...rl.settings import SACSettings
 
 
@@ -57,7 +58,7 @@ class Demos(Section):
         return self
 
 
-class Base(Section):
+class Base(WorkerResources):
     kind: Literal["mlp", "bet", "diffusion"] = "mlp"
     hparams: dict[str, Any] = {"hidden": [64, 64]}
     """the policy's constructor arguments beyond obs_dim / act_dim (rl.base_policies)"""
@@ -174,17 +175,17 @@ PRESETS = {
             {"name": "peg_insertion", "env": {"suite": "maniskill", "id": "PegInsertionSide-v1", "obs_horizon": 2},
              "demos": {"source": "file", "path": "demos/PegInsertionSide-v1.state.pd_ee_delta_pose.h5"},
              "base": {"kind": "diffusion", "hparams": {"pred_horizon": 16, "act_horizon": 4, "ddim_steps": 4},
-                      "steps": 100_000, "batch": 1024, "lr": 1e-4},
+                      "steps": 100_000, "batch": 1024, "lr": 1e-4, "gpus_per_worker": 1},
              "residual_chunk": True, "alpha": 0.1, "H": 120_000, "env_steps": 16_000_000},
             {"name": "turn_faucet", "env": {"suite": "maniskill", "id": "TurnFaucet-v1", "obs_horizon": 2},
              "demos": {"source": "file", "path": "demos/TurnFaucet-v1.state.pd_ee_delta_pose.h5"},
              "base": {"kind": "diffusion", "hparams": {"pred_horizon": 16, "act_horizon": 4, "ddim_steps": 4},
-                      "steps": 100_000, "batch": 1024, "lr": 1e-4},
+                      "steps": 100_000, "batch": 1024, "lr": 1e-4, "gpus_per_worker": 1},
              "residual_chunk": True, "alpha": 0.1, "H": 400_000, "env_steps": 8_000_000},
             {"name": "door", "env": {"suite": "adroit", "id": "door"},
              "demos": {"source": "file", "path": "minari:D4RL/door/expert-v2"},
              "base": {"kind": "diffusion", "hparams": {"pred_horizon": 16, "act_horizon": 4, "ddim_steps": 4},
-                      "steps": 100_000, "batch": 1024, "lr": 1e-4},
+                      "steps": 100_000, "batch": 1024, "lr": 1e-4, "gpus_per_worker": 1},
              "residual_chunk": True, "alpha": 0.1, "H": 400_000, "env_steps": 4_000_000},
             # BeT bases (the official offline BeT script's defaults: context window 20, 8 clusters,
             # 4 layers, 4 heads, width 128, batch 2048, lr 1e-4, weight decay 2e-4) and the README's
@@ -194,14 +195,14 @@ PRESETS = {
              "demos": {"source": "file", "path": "demos/StackCube-v1.state.pd_ee_delta_pose.h5"},
              "base": {"kind": "bet", "hparams": {"obs_horizon": 20, "n_bins": 8, "layers": 4, "heads": 4,
                                                  "d_model": 128},
-                      "steps": 200_000, "batch": 2048, "lr": 1e-4, "weight_decay": 2e-4},
+                      "steps": 200_000, "batch": 2048, "lr": 1e-4, "weight_decay": 2e-4, "gpus_per_worker": 1},
              "sac": {"learning_starts": 8000},
              "alpha": 0.03, "H": 1_000_000, "env_steps": 3_000_000},
             {"name": "peg_insertion_bet", "env": {"suite": "maniskill", "id": "PegInsertionSide-v1", "obs_horizon": 20},
              "demos": {"source": "file", "path": "demos/PegInsertionSide-v1.state.pd_ee_delta_pose.h5"},
              "base": {"kind": "bet", "hparams": {"obs_horizon": 20, "n_bins": 8, "layers": 4, "heads": 4,
                                                  "d_model": 128},
-                      "steps": 200_000, "batch": 2048, "lr": 1e-4, "weight_decay": 2e-4},
+                      "steps": 200_000, "batch": 2048, "lr": 1e-4, "weight_decay": 2e-4, "gpus_per_worker": 1},
              "sac": {"learning_starts": 8000, "lr": 3e-4},
              "alpha": 0.3, "H": 8_000_000, "env_steps": 10_000_000},
         ],

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...config import ConfigError, DataError, apply_overrides
+from ...resources import worker_resources
 from ...rl.settings import SACSettings
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
@@ -229,7 +230,8 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         base_dir, base_curve = train_base(kind, t.base.hparams, demo_refs[t.name], obs_dim=obs_dim, act_dim=act_dim,
                                           obs_horizon=t.env.obs_horizon, steps=t.base.steps, batch=t.base.batch,
                                           lr=t.base.lr, seed=cfg.seed, storage=root / "base", name=t.name,
-                                          normalize_obs=t.base.normalize_obs, weight_decay=t.base.weight_decay)
+                                          normalize_obs=t.base.normalize_obs, weight_decay=t.base.weight_decay,
+                                          resources=worker_resources(t.base))
         demos = demo_refs[t.name] if isinstance(demo_refs[t.name], store.Demos) else ray.get(demo_refs[t.name])
         store.save_demos(demos, root / "demos" / f"{t.name}.npz")
         ctx.say("%s: %d demonstrations, %d successful", t.name, len(demos.seeds), int(demos.success.sum()))

@@ -12,6 +12,7 @@ from typing import Literal, Optional
 from pydantic import Field, FilePath
 
 from ...config import Section, StudyConfig
+from ...resources import WorkerResources
 
 
 class Data(Section):
@@ -38,7 +39,7 @@ class Data(Section):
     preset: a multi-billion-parameter model must not fine-tune on the generated toy set)"""
 
 
-class Pretrain(Section):
+class Pretrain(WorkerResources):
     steps: int = Field(600, ge=0)
     """optimiser steps of pre-training on the generated corpus; 0 skips it (a pre-trained model)"""
     batch: int = Field(8, ge=1)
@@ -46,7 +47,7 @@ class Pretrain(Section):
     num_workers: int = Field(2, ge=1)
 
 
-class Sft(Section):
+class Sft(WorkerResources):
     """The recipe every trial starts from; experiments override parts of it."""
 
     model: str = "mini-llama"
@@ -138,10 +139,10 @@ PRESETS = {
         # 3840-7680 samples with lr ~2e-5 vs TULU's batch 128. It fine-tunes on real data only:
         # prepare() refuses to start until data.knowledge_jsonl and data.skills_jsonl are given.
         "data": {"seq_len": 4096, "require_real": True},
-        "pretrain": {"steps": 0},
+        "pretrain": {"steps": 0, "gpus_per_worker": 1},
         "sft": {"model": "ibm-granite/granite-3.0-2b-base", "batch": 512, "micro_batch_size": 4, "lr": 2e-5,
                 "warmup_steps": 0, "schedule": "constant", "sample_budget": 512 * 2000, "zero_stage": 2,
-                "num_workers": 8, "eval_points": 20, "max_new_tokens": 256},
+                "num_workers": 8, "gpus_per_worker": 1, "eval_points": 20, "max_new_tokens": 256},
         "grid": {"batches": [32, 128, 512, 1024], "lrs": [1e-5, 2e-5, 5e-5]},
         "warmup": {"warmup_steps": [0, 25], "schedules": ["constant", "cosine"]},
         "early": {"window_rows": 51_200},  # 5% of the budget: 100 steps of 512 rows
