@@ -8,7 +8,7 @@ PIP    := $(PY) -m pip
 
 PLANNER ?= .venv-planner
 
-.PHONY: setup demo test test-fast bench clean vulkan planner-venv
+.PHONY: setup demo test test-fast bench clean vulkan planner-venv image image-gpu
 
 # CPU torch first, kept by the constraint file so no later package pulls a CUDA build.
 $(VENV)/.installed: pyproject.toml constraints/cpu.txt constraints/offline_assets.txt
@@ -53,6 +53,14 @@ test-fast: setup
 
 bench: setup
 	$(PY) benchmarks/sketch_construction.py
+
+# The image cluster nodes and KubeRay pods start from (Dockerfile; needs docker, not run by tests).
+IMAGE ?= iclr-ray
+image:
+	docker build -t $(IMAGE):2.60.0-cpu .
+
+image-gpu:
+	docker build --build-arg BASE=rayproject/ray:2.60.0-py311-gpu --build-arg DEVICE=cuda -t $(IMAGE):2.60.0-gpu .
 
 clean:
 	rm -rf $(VENV) $(PLANNER) runs .pytest_cache *.egg-info
