@@ -253,14 +253,17 @@ STEPS_FLUSH_S = 10.0
 def _step_logger(location: str):
     """A Ray Train callback (it runs in the controller, on whichever node) keeping rank 0's metrics
     of every report in ``location`` (``steps.jsonl`` in the run's storage: a path or a URI) as
-    JSON lines, so a study gets the whole curve, not just the last step. The file is rewritten
-    whole (an object store has no append) at most every ``STEPS_FLUSH_S`` seconds, at every
-    checkpoint and at the end; a restarted controller starts from what is there."""
+    JSON lines, so a study gets the whole curve, not just the last step. A local file gets each
+    line as it comes; an object store has no append, so there the file is rewritten whole at most
+    every ``STEPS_FLUSH_S`` seconds, at every checkpoint and after a failure (a trial stopped by a
+    scheduler between two writes loses those last lines). A restarted controller keeps what is there."""
     import json
 
     from ray.train import UserCallback
 
     from .. import storage
+
+    remote = storage.is_remote(location)
 
     class StepLogger(UserCallback):
         def __init__(self):
@@ -272,16 +275,22 @@ def _step_logger(location: str):
             self.flushed = time.monotonic()
 
         def after_report(self, run_context, metrics, checkpoint):
+            line = json.dumps(metrics[0]) + "\n" if metrics and metrics[0] else None
+            if not remote:
+                if line:
+                    with open(storage.local_path(location), "a") as f:
+                        f.write(line)
+                return
             if self.lines is None:
                 old = storage.read_text(location) if storage.is_file(location) else ""
-                self.lines = [line + "\n" for line in old.splitlines() if line.strip()]
-            if metrics and metrics[0]:
-                self.lines.append(json.dumps(metrics[0]) + "\n")
+                self.lines = [x + "\n" for x in old.splitlines() if x.strip()]
+            if line:
+                self.lines.append(line)
             if checkpoint is not None or time.monotonic() - self.flushed >= STEPS_FLUSH_S:
                 self._flush()
 
         def after_exception(self, run_context, worker_exceptions):
-            if self.lines is not None:
+            if remote and self.lines is not None:
                 self._flush()
 
     return StepLogger()
