@@ -112,7 +112,11 @@ def train_worker(config: dict[str, Any]) -> None:
     window = _Window()
     for step in range(start, cfg.max_steps):
         if fail_at is not None and step == fail_at and checkpoint is None and rank == world - 1:
-            os._exit(1)  # a real worker death: Ray Train restarts the group from the latest checkpoint
+            # a real worker death: Ray Train restarts the group from the latest checkpoint. A moment
+            # first, so the controller has taken the last report: a death within milliseconds of a
+            # report loses its checkpoint on a loaded machine, and the restart dies at this step again
+            time.sleep(2.0)
+            os._exit(1)
         t0 = time.perf_counter()
         batches = recipe.step_batches(step, cfg)  # every worker's micro-batches: each needs the step's units
         step_units = sum(recipe.units(b) for b, _ in batches)
