@@ -34,7 +34,8 @@ def test_a_grid_returns_in_spec_order_and_a_rerun_reads_the_saved_results(ray_cl
     first = run_grid(square, specs, storage=tmp_path / "tune", name="g", max_concurrent_trials=2, log=str(log))
     assert [t.spec for t in first] == specs and [t.final["scores"]["y"] for t in first] == [9, 1, 4]
     assert all(t.metrics["y"] == t.final["scores"]["y"] and t.error is None for t in first)
-    assert all(Path(t.final["dir"]) == t.path and json.loads((t.path / FINAL).read_text()) == t.final for t in first)
+    assert all(isinstance(t.path, str) and Path(t.final["dir"]) == Path(t.path) for t in first)
+    assert all(json.loads((Path(t.path) / FINAL).read_text()) == t.final for t in first)
     assert sorted(log.read_text().split()) == ["x1", "x2", "x3"]
     again = run_grid(square, specs, storage=tmp_path / "tune", name="g", max_concurrent_trials=2, log=str(log))
     assert [t.final for t in again] == [t.final for t in first]
