@@ -5,7 +5,9 @@ cross-attending to a context (token embeddings learnt here at small scale; a CLI
 states at paper scale), optionally steered by a ``ControlNetModel`` on a condition map (the
 ControlNet's residuals added to the U-Net's skip and middle features, as diffusers' ControlNet
 pipeline does). :func:`tiny_unet` builds a small U-Net from a config; :func:`load_unet` and
-:func:`load_controlnet` load a saved or published one (a local folder or an HF id)."""
+:func:`load_controlnet` load a saved or published one (a local folder, a URI in a run's storage or
+an HF id); :func:`save_denoiser` and :func:`load_denoiser` write and read a whole denoiser at a
+location (a local folder or a URI: :mod:`iclr_ray.storage`)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -48,18 +50,25 @@ def controlnet_from_unet(unet, cond_channels: int, embedding_channels: Sequence[
                                      conditioning_embedding_out_channels=tuple(embedding_channels))
 
 
+def _readable(source: str) -> str:
+    """A local folder or an HF id as given; a URI (``s3://...``) as this node's local copy of it."""
+    from .. import storage
+
+    return str(storage.local_copy(source)) if storage.is_remote(source) else source
+
+
 def load_unet(source: str, subfolder: str | None = "unet"):
-    """A ``UNet2DConditionModel`` from a local folder or an HF id (SD1.5: its ``unet`` subfolder)."""
+    """A ``UNet2DConditionModel`` from a local folder, a URI or an HF id (SD1.5: its ``unet`` subfolder)."""
     from diffusers import UNet2DConditionModel
 
-    return UNet2DConditionModel.from_pretrained(source, **({"subfolder": subfolder} if subfolder else {}))
+    return UNet2DConditionModel.from_pretrained(_readable(source), **({"subfolder": subfolder} if subfolder else {}))
 
 
 def load_controlnet(source: str):
-    """A ``ControlNetModel`` from a local folder or an HF id (the fine-tuned ControlNets)."""
+    """A ``ControlNetModel`` from a local folder, a URI or an HF id (the fine-tuned ControlNets)."""
     from diffusers import ControlNetModel
 
-    return ControlNetModel.from_pretrained(source)
+    return ControlNetModel.from_pretrained(_readable(source))
 
 
 class Denoiser(nn.Module):
@@ -89,9 +98,24 @@ class Denoiser(nn.Module):
         return self.unet(x, t, encoder_hidden_states=context, **extra).sample
 
 
-def save_denoiser(denoiser: Denoiser, folder) -> None:
-    """The U-Net (and the ControlNet, if any) in diffusers' format under ``folder`` (``unet/``,
-    ``controlnet/``), the caption-token embedding (if any) beside them as ``tokens.pt``."""
+def save_denoiser(denoiser: Denoiser, location) -> None:
+    """The U-Net (and the ControlNet, if any) in diffusers' format under ``location`` (``unet/``,
+    ``controlnet/``), the caption-token embedding (if any) beside them as ``tokens.pt``.
+    ``location``: a local folder (written in place, as a train loop's checkpoint folder) or a URI
+    in the run's storage (written to a local temporary folder, then uploaded file by file)."""
+    import tempfile
+
+    from .. import storage
+
+    if not storage.is_remote(location):
+        _save_denoiser(denoiser, storage.local_path(location))
+        return
+    with tempfile.TemporaryDirectory(prefix="iclr_ray_denoiser.") as tmp:
+        _save_denoiser(denoiser, tmp)
+        storage.upload_dir(tmp, location)
+
+
+def _save_denoiser(denoiser: Denoiser, folder) -> None:
     from pathlib import Path
 
     folder = Path(folder)
@@ -102,13 +126,14 @@ def save_denoiser(denoiser: Denoiser, folder) -> None:
         torch.save(denoiser.tokens.state_dict(), folder / "tokens.pt")
 
 
-def load_denoiser(folder, vocab: int = 0, controlnet: str | None = None) -> Denoiser:
+def load_denoiser(location, vocab: int = 0, controlnet: str | None = None) -> Denoiser:
     """A :class:`Denoiser` saved by :func:`save_denoiser`, in eval mode: its ControlNet from
-    ``controlnet`` (a folder or HF id) when given, else the one saved beside the U-Net if any; its
-    ``vocab`` token embedding from ``tokens.pt``."""
-    from pathlib import Path
+    ``controlnet`` (a folder, a URI or an HF id) when given, else the one saved beside the U-Net if
+    any; its ``vocab`` token embedding from ``tokens.pt``. ``location``: a local folder, or a URI
+    (a checkpoint in the run's storage), copied once to this node (``storage.local_copy``)."""
+    from .. import storage
 
-    folder = Path(folder)
+    folder = storage.local_copy(location)
     unet = load_unet(str(folder / "unet"), subfolder=None)
     if controlnet is None and (folder / "controlnet").is_dir():
         controlnet = str(folder / "controlnet")

@@ -4,6 +4,7 @@ stratified by class. A caption is one token: the digit's class + 1 (0 is the emp
 unconditional branch). No Ray."""
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,16 +55,22 @@ def split(side: int, test: int, val: int, seed: int = 0) -> dict[str, Digits]:
     return {k: Digits(images[v], labels[v]) for k, v in parts.items()}
 
 
-def save(digits: Digits, path: str | Path) -> None:
-    with open(path, "wb") as f:
-        np.savez_compressed(f, images=digits.images, labels=digits.labels)
+def save(digits: Digits, location: str | Path) -> None:
+    """The digits as one .npz at ``location`` (a path or a URI), written whole (atomically)."""
+    from ... import storage
+
+    buf = io.BytesIO()
+    np.savez_compressed(buf, images=digits.images, labels=digits.labels)
+    storage.write_bytes(location, buf.getvalue())
 
 
-def load(path: str | Path) -> Digits:
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"digits file {path} is missing")
-    with np.load(path) as z:
+def load(location: str | Path) -> Digits:
+    """Digits saved by :func:`save` at ``location`` (a path or a URI)."""
+    from ... import storage
+
+    if not storage.is_file(location):
+        raise DataError(f"digits file {location} is missing")
+    with np.load(io.BytesIO(storage.read_bytes(location))) as z:
         return Digits(z["images"], z["labels"])
 
 

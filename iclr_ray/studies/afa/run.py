@@ -9,11 +9,13 @@ guidance, the same noise for every model): the classifier's class-conditional ac
 Fréchet distance in its features; and AFA's aggregation maps."""
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ... import storage
 from ...config import ConfigError
 from ...llm.recipe import Recipe, TrainConfig
 from ...resources import task_options, worker_resources
@@ -42,16 +44,12 @@ def recipe_dict(cfg: Config) -> dict[str, Any]:
 
 
 def write_data(cfg: Config, ctx: RunContext) -> dict[str, str]:
-    """The three splits saved once under the run (reused on resume)."""
-    folder = ctx.run_dir.path / "data"
-    folder.mkdir(exist_ok=True)
-    paths = {s: str(folder / f"{s}.npz") for s in D.SPLITS}
-    if not all(Path(p).exists() for p in paths.values()):
+    """The three splits saved once in the run's storage (reused on resume); their locations."""
+    paths = {s: ctx.run_dir.storage("data", f"{s}.npz") for s in D.SPLITS}
+    if not all(storage.is_file(p) for p in paths.values()):
         parts = D.split(cfg.data.side, cfg.data.test, cfg.data.val, cfg.data.seed)
         for s, p in paths.items():
-            tmp = folder / f".{s}.tmp.npz"
-            D.save(parts[s], tmp)
-            tmp.replace(p)
+            D.save(parts[s], p)  # each written whole
     return paths
 
 
@@ -70,14 +68,15 @@ def build_expert(c: dict[str, Any], seed: int):
     return Denoiser(unet, None, vocab=D.CLASSES + 1)
 
 
-def save_expert(expert, folder: Path) -> None:
-    """The U-Net and its token embedding (``diffusion.model.save_denoiser``)."""
+def save_expert(expert, folder: str | Path) -> None:
+    """The U-Net and its token embedding (``diffusion.model.save_denoiser``) at a folder or a URI."""
     from ...diffusion.model import save_denoiser
 
     save_denoiser(expert, folder)
 
 
 def load_expert(folder: str):
+    """An expert saved by :func:`save_expert` (a folder, or a URI copied once to this node)."""
     from ...diffusion.model import load_denoiser
 
     return load_denoiser(folder, D.CLASSES + 1)
@@ -100,10 +99,11 @@ def aggregator_state(model) -> dict[str, Any]:
 
 
 def load_afa(c: dict[str, Any], experts: list[str], path: str):
+    """An AFA ensemble: the experts at their locations, the aggregators from ``path`` (a path or a URI)."""
     import torch
 
     model = build_afa(c, [load_expert(p) for p in experts], 0)
-    saved = torch.load(path, map_location="cpu", weights_only=True)
+    saved = torch.load(io.BytesIO(storage.read_bytes(path)), map_location="cpu", weights_only=True)
     own = aggregator_state(model)
     wrong = sorted(set(own) ^ set(saved)) + [k for k in own if k in saved and own[k].shape != saved[k].shape]
     if wrong:
@@ -209,17 +209,17 @@ def train_config(section, name: str, steps: int, batch: int, lr: float, warmup: 
                        **worker_resources(section))
 
 
-def loss_curve(storage: Path, name: str) -> list[list[float]]:
+def loss_curve(location: str | Path, name: str) -> list[list[float]]:
     from ...llm.train import read_steps
 
-    return [[int(s["step"]), float(s["loss"])] for s in read_steps(storage, name)]
+    return [[int(s["step"]), float(s["loss"])] for s in read_steps(location, name)]
 
 
 @resumable
-def expert_trial(config: dict[str, Any], trial_dir: Path, *, c: dict[str, Any], cfg: Config, base: str,
+def expert_trial(config: dict[str, Any], trial_dir: Path | str, *, c: dict[str, Any], cfg: Config, base: str,
                  paths: dict[str, str]) -> dict[str, Any]:
     """One expert fine-tuned from the base on its classes."""
-    from ...llm.train import fit_recipe
+    from ...llm.train import checkpoint_location, fit_recipe
 
     spec = config["spec"]
     e = cfg.experts
@@ -227,14 +227,14 @@ def expert_trial(config: dict[str, Any], trial_dir: Path, *, c: dict[str, Any], 
     result = fit_recipe(tc, ExpertRecipe(c, paths["train"], spec["classes"], base), trial_dir, "expert")
     loss = loss_curve(trial_dir, "expert")
     return {"scores": {"loss": loss[-1][1] if loss else float("nan")},
-            "path": str(Path(result.checkpoint.path) / "expert"), "loss": loss}
+            "path": storage.join(checkpoint_location(result.checkpoint), "expert"), "loss": loss}
 
 
 @resumable
-def afa_trial(config: dict[str, Any], trial_dir: Path, *, c: dict[str, Any], cfg: Config,
+def afa_trial(config: dict[str, Any], trial_dir: Path | str, *, c: dict[str, Any], cfg: Config,
               paths: dict[str, str]) -> dict[str, Any]:
     """The aggregators of one expert set at one seed."""
-    from ...llm.train import fit_recipe
+    from ...llm.train import checkpoint_location, fit_recipe
 
     spec = config["spec"]
     a = cfg.aggregator
@@ -242,13 +242,14 @@ def afa_trial(config: dict[str, Any], trial_dir: Path, *, c: dict[str, Any], cfg
     result = fit_recipe(tc, AFARecipe(c, paths["train"], spec["experts"]), trial_dir, "afa")
     loss = loss_curve(trial_dir, "afa")
     return {"scores": {"loss": loss[-1][1] if loss else float("nan")},
-            "path": str(Path(result.checkpoint.path) / "afa.pt"), "loss": loss}
+            "path": storage.join(checkpoint_location(result.checkpoint), "afa.pt"), "loss": loss}
 
 
 # ------------------------------------------------------------------------------- Ray task bodies
 
 def train_classifier_task(c: dict[str, Any], paths: dict[str, str], out: str, seed: int) -> dict[str, Any]:
-    """The evaluator trained on the real training digits and saved; its accuracy on the held-out
+    """The evaluator trained on the real training digits and saved at ``out`` (a path or a URI, written
+    whole); its accuracy on the held-out
     real digits, the Fréchet distance between two halves of them (the floor at this size), and the
     real digits of the sample grid."""
     import torch
@@ -263,9 +264,9 @@ def train_classifier_task(c: dict[str, Any], paths: dict[str, str], out: str, se
     model = DigitClassifier(c["data"]["side"], e["classifier_width"])
     losses = train_classifier(model, train.images, train.labels, steps=e["classifier_steps"], batch=64, lr=3e-3,
                               noise=e["classifier_noise"], seed=seed)
-    tmp = Path(out).with_suffix(".tmp")
-    torch.save(model.state_dict(), tmp)
-    tmp.replace(out)
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    storage.write_bytes(out, buf.getvalue())
     x = D.to_model(test.images) / 2 + 0.5
     f = model.features(x).detach().numpy()
     half = len(f) // 2
@@ -280,7 +281,7 @@ def load_classifier(c: dict[str, Any], path: str):
     from .classify import DigitClassifier
 
     model = DigitClassifier(c["data"]["side"], c["eval"]["classifier_width"])
-    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    model.load_state_dict(torch.load(io.BytesIO(storage.read_bytes(path)), map_location="cpu", weights_only=True))
     return model.eval()
 
 
@@ -372,20 +373,20 @@ def evaluate(c: dict[str, Any], method: dict[str, Any], seed: int, paths: dict[s
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     import ray
 
-    from ...llm.train import fit_recipe
+    from ...llm.train import checkpoint_location, fit_recipe
 
     c = recipe_dict(cfg)
     paths = write_data(cfg, ctx)
     e, a = cfg.experts, cfg.aggregator
     eval_opts = task_options(cfg.eval, stage="afa: evaluation")
     clf_ref = ray.remote(train_classifier_task).options(**eval_opts).remote(
-        c, paths, str(ctx.run_dir.path / "classifier.pt"), cfg.seed)
+        c, paths, ctx.run_dir.storage("classifier.pt"), cfg.seed)
 
     ctx.say("training the common base on all digits (%d steps of %d) ...", e.base_steps, e.batch)
     result = fit_recipe(train_config(e, "afa-base", e.base_steps, e.batch, e.lr, e.warmup, cfg.seed),
-                        ExpertRecipe(c, paths["train"], list(range(D.CLASSES)), None), ctx.run_dir.path, "base")
-    base = str(Path(result.checkpoint.path) / "expert")
-    base_loss = loss_curve(ctx.run_dir.path, "base")
+                        ExpertRecipe(c, paths["train"], list(range(D.CLASSES)), None), ctx.run_dir.storage(), "base")
+    base = storage.join(checkpoint_location(result.checkpoint), "expert")
+    base_loss = loss_curve(ctx.run_dir.storage(), "base")
 
     specs = [{"label": f"expert{i}", "name": f"expert{i}", "set": MAIN, "classes": g, "seed": cfg.seed + 1 + i}
              for i, g in enumerate(e.groups)]
@@ -393,7 +394,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
                "seed": cfg.seed + 101 + i} for i in range(e.control)]
     ctx.say("fine-tuning %d experts from the base (%d steps each, %d at a time) ...", len(specs), e.steps,
             e.max_concurrent_trials)
-    trials = run_grid(expert_trial, specs, storage=ctx.run_dir.path / "tune", name="experts",
+    trials = run_grid(expert_trial, specs, storage=ctx.run_dir.storage("tune"), name="experts",
                       max_concurrent_trials=e.max_concurrent_trials, c=c, cfg=cfg, base=base, paths=paths)
     experts = {t.spec["name"]: t.final["path"] for t in trials}
     expert_loss = {t.spec["name"]: t.final["loss"] for t in trials}
@@ -408,7 +409,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
                  for s in seeds for name, ex in sets.items()]
     ctx.say("training the aggregators: %d expert sets x %d seeds (%d steps of %d) ...", len(sets), len(seeds), a.steps,
             a.batch)
-    afa = run_grid(afa_trial, afa_specs, storage=ctx.run_dir.path / "tune", name="aggregators",
+    afa = run_grid(afa_trial, afa_specs, storage=ctx.run_dir.storage("tune"), name="aggregators",
                    max_concurrent_trials=a.max_concurrent_trials, c=c, cfg=cfg, paths=paths)
     clf = ray.get(clf_ref)
     merges = ray.get(merge_ref)

@@ -7,11 +7,13 @@ keeps a 2-D projection of ClusPro's attribute features with their prototypes.
 (K, momentum, contrastive weight) of ClusPro alone, ranked by the validation AUC."""
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ... import storage
 from ...config import ConfigError
 from ...llm.recipe import Recipe, TrainConfig
 from ...resources import worker_resources
@@ -237,12 +239,12 @@ def train_config(cfg: Config, seed: int) -> TrainConfig:
 
 
 @resumable
-def world_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, c: dict[str, Any]) -> dict[str, Any]:
+def world_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Config, c: dict[str, Any]) -> dict[str, Any]:
     """One (world, seed): every method through the shared loop, then the closed- and open-world
     test metrics of each, the validation curves and ClusPro's feature projection."""
     import torch
 
-    from ...llm.train import fit_recipe, read_steps
+    from ...llm.train import checkpoint_location, fit_recipe, read_steps
 
     torch.set_num_threads(1)
     spec = config["spec"]
@@ -256,7 +258,8 @@ def world_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, c: dict
     result = fit_recipe(tc, CZSLRecipe(c, world, seed), trial_dir, "train")
     data = world_data(c, world, seed)
     model = build_methods(c, data, seed)
-    state = torch.load(Path(result.checkpoint.path) / "methods.pt", map_location="cpu", weights_only=True)
+    saved = storage.read_bytes(storage.join(checkpoint_location(result.checkpoint), "methods.pt"))
+    state = torch.load(io.BytesIO(saved), map_location="cpu", weights_only=True)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or any(FROZEN not in k for k in missing):
         raise RuntimeError(f"methods.pt does not match the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
@@ -290,7 +293,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
              for s in range(cfg.train.seeds) for w in worlds]
     ctx.say("training %d methods x %d worlds x %d seeds (%d steps of %d %s samples) ...", len(methods), len(worlds),
             cfg.train.seeds, cfg.train.steps, cfg.train.batch, cfg.data.kind)
-    trials = run_grid(world_trial, specs, storage=ctx.run_dir.path / "tune", name="worlds",
+    trials = run_grid(world_trial, specs, storage=ctx.run_dir.storage("tune"), name="worlds",
                       max_concurrent_trials=cfg.train.max_concurrent_trials, cfg=cfg, c=recipe_dict(cfg))
     failed = [t.spec["label"] for t in trials if t.final is None]
     if failed:
@@ -333,7 +336,7 @@ def sweep(cfg: Config, space, ctx: RunContext, scheduler: str, resume: bool) -> 
     c = recipe_dict(cfg)
     params = {"spec": {"label": "sweep", "world": cfg.data.worlds[0], "seed": cfg.seed}, **space.tune_param_space()}
     trainable = tune.with_parameters(world_trial, cfg=cfg, c=c)
-    results = run_tuner(trainable, params, storage_path=ctx.run_dir.path / "tune", name="sweep",
+    results = run_tuner(trainable, params, storage_path=ctx.run_dir.storage("tune"), name="sweep",
                         max_concurrent_trials=space.max_concurrent_trials, num_samples=space.num_samples,
                         resume=resume)
     return summarise(results, space, [])

@@ -10,6 +10,7 @@ not fit a multi-class segmentation task (one stroke class per image), so the sce
 """
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,15 +91,23 @@ def shard_sizes(n: int, shard: int) -> list[int]:
 
 
 def save(scenes: Scenes, path: str | Path) -> None:
-    with open(path, "wb") as f:
-        np.savez_compressed(f, images=scenes.images, masks=scenes.masks)
+    """The scenes as one .npz at ``path`` (a path or a URI), written whole (atomically)."""
+    from ... import storage
+
+    buf = io.BytesIO()
+    np.savez_compressed(buf, images=scenes.images, masks=scenes.masks)
+    storage.write_bytes(path, buf.getvalue())
 
 
 def load(path: str | Path) -> Scenes:
-    """Scenes saved by :func:`save`; one clear :class:`DataError` for a file that is missing or is
-    not such a file."""
+    """Scenes saved by :func:`save` (a path or a URI); one clear :class:`DataError` for a file that
+    is missing or is not such a file."""
+    from ... import storage
+
     try:
-        with np.load(path) as z:
+        if not storage.is_file(path):
+            raise FileNotFoundError(path)
+        with np.load(io.BytesIO(storage.read_bytes(path))) as z:
             scenes = Scenes(z["images"], z["masks"])
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None

@@ -7,11 +7,13 @@ score them: the oracle's and the reward model's mIoU, and the Fréchet distance 
 images in the oracle's features."""
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ... import storage
 from ...config import ConfigError
 from ...llm.recipe import Recipe, TrainConfig
 from ...resources import task_options, worker_resources
@@ -46,23 +48,20 @@ def generate_shard(n: int, shard: int, split: str, d: dict[str, Any]) -> D.Scene
 
 
 def generate_data(cfg: Config, ctx: RunContext) -> dict[str, str]:
-    """Both splits, shard by shard as Ray tasks, saved once under the run (reused on resume)."""
+    """Both splits, shard by shard as Ray tasks, saved once in the run's storage (reused on
+    resume); their locations."""
     import ray
 
     d = cfg.data.model_dump()
-    folder = ctx.run_dir.path / "data"
-    folder.mkdir(exist_ok=True)
-    paths = {s: str(folder / f"{s}.npz") for s in SPLITS}
+    paths = {s: ctx.run_dir.storage("data", f"{s}.npz") for s in SPLITS}
     task = ray.remote(num_cpus=1)(generate_shard)
     for split in SPLITS:
-        if Path(paths[split]).exists():
+        if storage.is_file(paths[split]):
             continue
         sizes = D.shard_sizes(getattr(cfg.data, split), cfg.data.shard)
         refs = [task.remote(k, i, split, d) for i, k in enumerate(sizes)]
         scenes = D.Scenes.concat(ctx.wait_all(refs, f"generating {split} scenes ({len(sizes)} shards)"))
-        tmp = folder / f".{split}.tmp.npz"
-        D.save(scenes, tmp)
-        tmp.replace(paths[split])
+        D.save(scenes, paths[split])  # written whole
     return paths
 
 
@@ -78,16 +77,18 @@ def build_segmenter(c: dict[str, Any], which: str):
 
 
 def load_segmenter(c: dict[str, Any], which: str, path: str):
+    """A segmenter saved by :func:`train_segmenter_task` (``path``: a path or a URI)."""
     import torch
 
     model = build_segmenter(c, which)
-    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    model.load_state_dict(torch.load(io.BytesIO(storage.read_bytes(path)), map_location="cpu", weights_only=True))
     return model.eval()
 
 
 def train_segmenter_task(c: dict[str, Any], which: str, paths: dict[str, str], out: str, seed: int) -> dict[str, Any]:
     """One segmenter trained on real scenes (the reward model on the first ``reward_train``, the
-    oracle on all, with noise), saved to ``out``; its mIoU on the real test images, clean and noisy."""
+    oracle on all, with noise), saved to ``out`` (a path or a URI, written whole); its mIoU on the
+    real test images, clean and noisy."""
     import torch
 
     from .segment import confusion, miou, predict, train_segmenter
@@ -101,9 +102,9 @@ def train_segmenter_task(c: dict[str, Any], which: str, paths: dict[str, str], o
     losses = train_segmenter(model, train.images[:n], train.masks[:n], batch=s["batch"], lr=s["lr"], seed=seed,
                              steps=s["reward_steps"] if which == "reward" else s["oracle_steps"],
                              noise=0.0 if which == "reward" else s["oracle_noise"])
-    tmp = Path(out).with_suffix(".tmp")
-    torch.save(model.state_dict(), tmp)
-    tmp.replace(out)
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    storage.write_bytes(out, buf.getvalue())
     x = D.to_model(test.images) / 2 + 0.5
     noisy = (x + 0.1 * torch.randn(x.shape, generator=torch.Generator().manual_seed(seed))).clamp(0, 1)
     return {"path": out, "final_loss": float(np.mean(losses[-10:])),
@@ -128,8 +129,9 @@ def build_denoiser(c: dict[str, Any], seed: int):
     return Denoiser(unet, controlnet, vocab=D.CLASSES + 1)
 
 
-def save_denoiser(denoiser, folder: Path) -> None:
-    """The U-Net, the ControlNet and the token embedding (``diffusion.model.save_denoiser``)."""
+def save_denoiser(denoiser, folder: str | Path) -> None:
+    """The U-Net, the ControlNet and the token embedding (``diffusion.model.save_denoiser``) at a
+    folder or a URI."""
     from ...diffusion.model import save_denoiser as save
 
     save(denoiser, folder)
@@ -137,7 +139,7 @@ def save_denoiser(denoiser, folder: Path) -> None:
 
 def load_denoiser(base: str, controlnet: str | None = None):
     """The pretrained generator from its folder; ``controlnet``: a post-trained ControlNet's folder
-    in place of the base's."""
+    in place of the base's (folders or URIs, copied once to this node)."""
     from ...diffusion.model import load_denoiser as load
 
     return load(base, D.CLASSES + 1, controlnet)
@@ -320,11 +322,11 @@ def post_config(cfg: Config, seed: int) -> TrainConfig:
 
 
 @resumable
-def arm_trial(config: dict[str, Any], trial_dir: Path, *, c: dict[str, Any], cfg: Config, base: str,
+def arm_trial(config: dict[str, Any], trial_dir: Path | str, *, c: dict[str, Any], cfg: Config, base: str,
               paths: dict[str, str], segmenters: dict[str, str]) -> dict[str, Any]:
     """One (arm, seed): post-train the ControlNet through the shared loop; keep its folder, the loss
     curve and the oracle's mIoU over training."""
-    from ...llm.train import fit_recipe, read_steps
+    from ...llm.train import checkpoint_location, fit_recipe, read_steps
 
     spec = config["spec"]
     arm, seed = spec["arm"], int(spec["seed"])
@@ -335,7 +337,8 @@ def arm_trial(config: dict[str, Any], trial_dir: Path, *, c: dict[str, Any], cfg
              for s in steps if "oracle_miou" in s]
     loss = [[int(s["step"]), float(s["loss"])] for s in steps]
     return {"scores": {"loss": loss[-1][1] if loss else float("nan")},
-            "controlnet": str(Path(result.checkpoint.path) / "controlnet"), "miou_curve": curve, "loss": loss}
+            "controlnet": storage.join(checkpoint_location(result.checkpoint), "controlnet"), "miou_curve": curve,
+            "loss": loss}
 
 
 # ------------------------------------------------------------------------------------ evaluation
@@ -389,17 +392,16 @@ def real_scores(c: dict[str, Any], paths: dict[str, str], segmenters: dict[str, 
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     import ray
 
-    from ...llm.train import fit_recipe, read_steps
+    from ...llm.train import checkpoint_location, fit_recipe, read_steps
 
     c = recipe_dict(cfg)
     paths = generate_data(cfg, ctx)
-    seg_dir = ctx.run_dir.path / "segmenters"
-    seg_dir.mkdir(exist_ok=True)
     seg_task = ray.remote(train_segmenter_task).options(**task_options(cfg.segmenters, stage="ctrl_u: segmenters"))
     ctx.say("training the reward segmenter (%d scenes, %d steps) and the oracle (%d scenes, %d steps) ...",
             cfg.data.reward_train, cfg.segmenters.reward_steps, cfg.data.train, cfg.segmenters.oracle_steps)
     which = ("reward", "oracle")
-    refs = [seg_task.remote(c, w, paths, str(seg_dir / f"{w}.pt"), cfg.seed + i) for i, w in enumerate(which)]
+    refs = [seg_task.remote(c, w, paths, ctx.run_dir.storage("segmenters", f"{w}.pt"), cfg.seed + i)
+            for i, w in enumerate(which)]
     seg = dict(zip(which, ctx.wait_all(refs, "segmenters")))
     seg_paths = {w: v["path"] for w, v in seg.items()}
     for w, v in seg.items():
@@ -407,9 +409,9 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
 
     ctx.say("pretraining the base U-Net + ControlNet (%d steps of %d scenes) ...", cfg.pretrain.steps,
             cfg.pretrain.batch)
-    result = fit_recipe(pretrain_config(cfg), PretrainRecipe(c, paths["train"]), ctx.run_dir.path, "pretrain")
-    base = str(Path(result.checkpoint.path) / BASE)
-    pre_loss = [[int(s["step"]), float(s["loss"])] for s in read_steps(ctx.run_dir.path, "pretrain")]
+    result = fit_recipe(pretrain_config(cfg), PretrainRecipe(c, paths["train"]), ctx.run_dir.storage(), "pretrain")
+    base = storage.join(checkpoint_location(result.checkpoint), BASE)
+    pre_loss = [[int(s["step"]), float(s["loss"])] for s in read_steps(ctx.run_dir.storage(), "pretrain")]
 
     arms = list(cfg.post.arms)
     variants = [(a, a, cfg.post.dt) for a in arms] + [(f"ctrl_u_dt{v}", "ctrl_u", v) for v in cfg.post.ablation_dt]
@@ -417,7 +419,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
              for s in range(cfg.post.seeds) for name, a, dt in variants]
     ctx.say("post-training the ControlNet: %d arms x %d seeds (%d steps of %d) ...", len(variants), cfg.post.seeds,
             cfg.post.steps, cfg.post.batch)
-    trials = run_grid(arm_trial, specs, storage=ctx.run_dir.path / "tune", name="arms",
+    trials = run_grid(arm_trial, specs, storage=ctx.run_dir.storage("tune"), name="arms",
                       max_concurrent_trials=cfg.post.max_concurrent_trials, c=c, cfg=cfg, base=base, paths=paths,
                       segmenters=seg_paths)
     failed = [t.spec["label"] for t in trials if t.final is None]

@@ -129,14 +129,25 @@ def shard_sizes(n: int, shard: int) -> list[int]:
 
 
 def save(videos: Videos, path) -> None:
-    """One .npz per split (written by the caller to a temporary name and renamed)."""
-    np.savez(path, frames=videos.frames, masks=videos.masks, factors=videos.factors, centres=videos.centres)
+    """One .npz per split at ``path`` (a path or a URI), written whole (atomically)."""
+    import io
+
+    from ... import storage
+
+    buf = io.BytesIO()
+    np.savez(buf, frames=videos.frames, masks=videos.masks, factors=videos.factors, centres=videos.centres)
+    storage.write_bytes(path, buf.getvalue())
 
 
 def load(path) -> Videos:
+    """Videos saved by :func:`save` (``path``: a path or a URI)."""
+    import io
+
+    from ... import storage
+
     try:
-        z = np.load(path)
-        return Videos(z["frames"], z["masks"], z["factors"], z["centres"])
+        with np.load(io.BytesIO(storage.read_bytes(path))) as z:
+            return Videos(z["frames"], z["masks"], z["factors"], z["centres"])
     except (OSError, KeyError, ValueError) as e:
         raise DataError(f"{path}: not a dreamweaver video file ({e})") from None
 

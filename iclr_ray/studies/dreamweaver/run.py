@@ -4,11 +4,13 @@ every checkpoint: DCI of the trained and of the untrained model (the negative co
 and the out-of-distribution videos, and the imagination (block swap) test of each trained model."""
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ... import storage
 from ...llm.recipe import Recipe, TrainConfig
 from ...resources import task_options, worker_resources
 from ...runtime import RunContext
@@ -49,24 +51,21 @@ def generate_shard(split: str, n: int, shard: int, d: dict[str, Any]) -> D.Video
 
 
 def generate_data(cfg: Config, ctx: RunContext) -> dict[str, str]:
-    """Every split, shard by shard as Ray tasks, saved once under the run (reused on resume)."""
+    """Every split, shard by shard as Ray tasks, saved once in the run's storage (reused on
+    resume); their locations."""
     import ray
 
     d = cfg.data.model_dump()
-    folder = ctx.run_dir.path / "data"
-    folder.mkdir(exist_ok=True)
-    paths = {s: str(folder / f"{s}.npz") for s in SPLITS}
+    paths = {s: ctx.run_dir.storage("data", f"{s}.npz") for s in SPLITS}
     task = ray.remote(num_cpus=1)(generate_shard)
     for split in SPLITS:
         n = getattr(cfg.data, split)
-        if Path(paths[split]).exists() or n == 0:
+        if n == 0 or storage.is_file(paths[split]):
             continue
         sizes = D.shard_sizes(n, cfg.data.shard)
         refs = [task.remote(split, k, i, d) for i, k in enumerate(sizes)]
         videos = D.Videos.concat(ctx.wait_all(refs, f"generating {split} videos ({len(sizes)} shards)"))
-        tmp = folder / f".{split}.tmp.npz"
-        D.save(videos, tmp)
-        tmp.replace(paths[split])
+        D.save(videos, paths[split])  # written whole
     return paths
 
 
@@ -136,29 +135,29 @@ def train_config(cfg: Config, seed: int) -> TrainConfig:
 
 
 @resumable
-def objective_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, c: dict[str, Any],
+def objective_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Config, c: dict[str, Any],
                     paths: dict[str, str]) -> dict[str, Any]:
-    """One (objective, seed): train through the shared loop; keep the model file's path and the
-    loss curve."""
-    from ...llm.train import fit_recipe, read_steps
+    """One (objective, seed): train through the shared loop; keep the model file's location (in the
+    checkpoint, in the run's storage) and the loss curve."""
+    from ...llm.train import checkpoint_location, fit_recipe, read_steps
 
     spec = config["spec"]
     objective, seed = spec["objective"], int(spec["seed"])
     result = fit_recipe(train_config(cfg, seed), DreamweaverRecipe(c, objective, paths["train"]), trial_dir, "train")
     steps = read_steps(trial_dir, "train")
     final = float(steps[-1]["loss"]) if steps else float("nan")
-    return {"scores": {"loss": final}, "model": str(Path(result.checkpoint.path) / MODEL_FILE),
+    return {"scores": {"loss": final}, "model": storage.join(checkpoint_location(result.checkpoint), MODEL_FILE),
             "curve": [[int(s["step"]), float(s["loss"])] for s in steps]}
 
 
 def load_model(c: dict[str, Any], objective: str, seed: int, path: str | None):
-    """The trained model from ``path``, or (None) the untrained model of that seed: the same
-    initial weights the training started from."""
+    """The trained model from ``path`` (a path or a URI), or (None) the untrained model of that
+    seed: the same initial weights the training started from."""
     import torch
 
     model = build_model(c, objective, seed)
     if path is not None:
-        model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        model.load_state_dict(torch.load(io.BytesIO(storage.read_bytes(path)), map_location="cpu", weights_only=True))
     return model.eval()
 
 
@@ -307,7 +306,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
              for s in range(cfg.train.seeds) for o in objectives]
     ctx.say("training %d objectives x %d seeds (%d steps of %d clips, %d x %d videos) ...", len(objectives),
             cfg.train.seeds, cfg.train.steps, cfg.train.batch, cfg.data.side, cfg.data.side)
-    trials = run_grid(objective_trial, specs, storage=ctx.run_dir.path / "tune", name="objectives",
+    trials = run_grid(objective_trial, specs, storage=ctx.run_dir.storage("tune"), name="objectives",
                       max_concurrent_trials=cfg.train.max_concurrent_trials, cfg=cfg, c=c, paths=paths)
     failed = [t.spec["label"] for t in trials if t.final is None]
     if failed:
