@@ -52,18 +52,19 @@ def train_expert(env_config: dict[str, Any], settings: SACSettings, env_steps: i
     single-frame observation of the task's env (the planner signature of ``record_demos``), and
     ``curve`` the training's [{"env_steps", "return"}] (mean dense return of about the last 20 episodes),
     one point every ``log_every`` iterations. The RLlib checkpoint is saved in
-    ``work_dir/checkpoint``."""
+    ``work_dir/checkpoint``, the zero base its env runners read in ``work_dir/zero_base``
+    (``work_dir``: a path or a URI every node reaches)."""
+    from .. import storage
     from .base_policies import ZeroPolicy
     from .envs import make_env
     from .sac import module_actor, sac_config
     from .store import save_policy
 
-    work = Path(work_dir)
     probe = make_env(expert_env_config(env_config, None))
     obs_dim, act_dim = int(np.prod(probe.observation_space.shape)), int(np.prod(probe.action_space.shape))
     probe.close()
-    zero = save_policy(ZeroPolicy(obs_dim=obs_dim, act_dim=act_dim), work / "zero_base")
-    algo = sac_config(expert_env_config(env_config, str(zero)), settings, alpha=1.0, H=0, seed=seed).build_algo()
+    zero = save_policy(ZeroPolicy(obs_dim=obs_dim, act_dim=act_dim), storage.join(work_dir, "zero_base"))
+    algo = sac_config(expert_env_config(env_config, zero), settings, alpha=1.0, H=0, seed=seed).build_algo()
     curve: list[dict[str, float]] = []
     recent = RecentReturns(20)
     try:
@@ -78,7 +79,7 @@ def train_expert(env_config: dict[str, Any], settings: SACSettings, env_steps: i
             if np.isfinite(ret) and (it % log_every == 0 or sampled >= env_steps):
                 curve.append({"env_steps": sampled, "return": ret})
                 log.info("expert: %d/%d env steps, mean dense return %.2f", sampled, env_steps, ret)
-        algo.save_to_path(str(work / "checkpoint"))
+        algo.save_to_path(storage.join(work_dir, "checkpoint"))
         module_act = module_actor(algo.get_module())
     finally:
         algo.stop()

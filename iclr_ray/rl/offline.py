@@ -106,12 +106,14 @@ POLICY_DIR = "policy"
 
 
 def train_base(kind: str, hparams: dict[str, Any], demos, *, obs_dim: int, act_dim: int, obs_horizon: int = 1,
-               steps: int, batch: int, lr: float, seed: int, storage: Path, name: str,
+               steps: int, batch: int, lr: float, seed: int, storage: str | Path, name: str,
                normalize_obs: bool = True, weight_decay: float = 1e-6,
-               resources: dict[str, Any] | None = None) -> tuple[Path, list[list[float]]]:
+               resources: dict[str, Any] | None = None) -> tuple[str, list[list[float]]]:
     """Train one base policy on one Ray Train worker, through the shared loop, on the (successful)
-    demonstrations' action chunks (:func:`training_arrays`); (saved policy directory, loss curve
-    [[step, loss], ...] at about 20 points, each the mean over the steps since the last).
+    demonstrations' action chunks (:func:`training_arrays`); (the saved policy directory's location
+    in the final checkpoint, loss curve [[step, loss], ...] at about 20 points, each the mean over
+    the steps since the last). ``storage``: where Ray Train keeps the run (a path or a URI every
+    node reaches); the returned location is in it (``rl.store.load_policy`` reads it anywhere).
 
     ``demos``: :class:`~iclr_ray.rl.store.Demos` or an ObjectRef to them, e.g. of the Ray task
     still recording them, so the Train run starts meanwhile. ``obs_dim`` is the env's observation
@@ -122,7 +124,8 @@ def train_base(kind: str, hparams: dict[str, Any], demos, *, obs_dim: int, act_d
     None: one CPU).
     AdamW keeps torch's default betas and the lr decays on a cosine without warmup or clipping.
     Rerunning into the same ``storage``/``name`` resumes from the last checkpoint."""
-    from ..llm.train import TrainConfig, fit_recipe, read_steps
+    from .. import storage as store
+    from ..llm.train import TrainConfig, checkpoint_location, fit_recipe, read_steps
     from .base_policies import pred_horizon
 
     full = {"obs_dim": int(obs_dim), "act_dim": int(act_dim), "pred_horizon": pred_horizon(kind, hparams), **hparams}
@@ -131,4 +134,4 @@ def train_base(kind: str, hparams: dict[str, Any], demos, *, obs_dim: int, act_d
                       zero_stage=0, num_workers=1, log_every=max(1, steps // 20), seed=seed, **(resources or {}))
     result = fit_recipe(cfg, BCRecipe(kind, full, demos, obs_horizon, normalize_obs, seed), storage, name)
     curve = [[s["step"], s["loss"]] for s in read_steps(storage, name)]
-    return Path(result.checkpoint.path) / POLICY_DIR, curve
+    return store.join(checkpoint_location(result.checkpoint), POLICY_DIR), curve

@@ -208,8 +208,11 @@ def module_actor(module):
 
 
 def reload_actor(checkpoint: str | Path):
-    """The decorated policy from an RLlib checkpoint of a decorated-SAC run (its RLModule alone)."""
+    """The decorated policy from an RLlib checkpoint of a decorated-SAC run (its RLModule alone;
+    ``checkpoint``: a path or a URI)."""
     from ray.rllib.core.rl_module.rl_module import RLModule
 
-    path = Path(checkpoint) / "learner_group" / "learner" / "rl_module" / "default_policy"
-    return module_actor(RLModule.from_checkpoint(str(path)))
+    from .. import storage
+
+    path = storage.join(checkpoint, "learner_group", "learner", "rl_module", "default_policy")
+    return module_actor(RLModule.from_checkpoint(path))

@@ -1,8 +1,10 @@
 """Saved base policies and demonstrations: the file formats of the residual-RL studies.
 
 A base policy directory holds ``policy.pt`` (the state dict) and ``policy.json`` (kind and
-hyperparameters), each written atomically. Demonstrations are an ``.npz`` of concatenated
-episodes (obs, actions, episode start offsets, seeds, success); :func:`load_demos` also reads
+hyperparameters), each written atomically; it is a location (:mod:`iclr_ray.storage`: a local
+path, or a URI such as ``s3://...`` in a run's storage, which every node of a cluster reads).
+Demonstrations are an ``.npz`` of concatenated episodes (obs, actions, episode start offsets,
+seeds, success), saved at a location too; :func:`load_demos` reads local files: our ``.npz``,
 ManiSkill's trajectory HDF5 (``traj_<i>/obs``, ``traj_<i>/actions`` with the seeds in the JSON
 next to it) and Minari datasets (``minari.load_dataset`` by id or path).
 """
@@ -15,33 +17,36 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import storage
 from ..config import DataError
-from ..results import atomic_write_bytes, atomic_write_text
 
 POLICY_FILE, POLICY_META = "policy.pt", "policy.json"
 
 
-def save_policy(policy, directory: str | Path) -> Path:
+def save_policy(policy, directory: str | Path) -> str:
+    """``policy`` saved in the folder ``directory`` (a path or a URI); returns its location."""
     import torch
 
-    d = Path(directory)
+    d = storage.normalise(directory)
     buf = io.BytesIO()
     torch.save(policy.state_dict(), buf)
-    atomic_write_bytes(d / POLICY_FILE, buf.getvalue())
-    atomic_write_text(d / POLICY_META, json.dumps({"kind": policy.kind, "hparams": policy.hparams()}))
+    storage.write_bytes(storage.join(d, POLICY_FILE), buf.getvalue())
+    storage.write_text(storage.join(d, POLICY_META), json.dumps({"kind": policy.kind, "hparams": policy.hparams()}))
     return d
 
 
 def load_policy(directory: str | Path):
-    """The frozen policy saved in ``directory`` (eval mode, one torch thread is the caller's job)."""
+    """The frozen policy saved in ``directory`` (a path or a URI; eval mode, one torch thread is
+    the caller's job)."""
     import torch
 
     from .base_policies import build
 
-    d = Path(directory)
+    d = storage.normalise(directory)
     try:
-        meta = json.loads((d / POLICY_META).read_text())
-        state = torch.load(d / POLICY_FILE, map_location="cpu", weights_only=True)
+        meta = json.loads(storage.read_text(storage.join(d, POLICY_META)))
+        state = torch.load(io.BytesIO(storage.read_bytes(storage.join(d, POLICY_FILE))), map_location="cpu",
+                           weights_only=True)
     except (OSError, json.JSONDecodeError) as exc:
         raise DataError(f"no saved base policy in {d} ({exc})") from None
     policy = build(meta["kind"], **meta["hparams"])
@@ -78,11 +83,13 @@ class Demos:
                    np.asarray(seeds, dtype=np.int64), np.asarray(success, dtype=bool))
 
 
-def save_demos(demos: Demos, path: str | Path) -> Path:
+def save_demos(demos: Demos, path: str | Path) -> str:
+    """``demos`` as one ``.npz`` at ``path`` (a path or a URI), written whole; returns its location."""
     buf = io.BytesIO()
     np.savez(buf, obs=demos.obs, actions=demos.actions, starts=demos.starts, seeds=demos.seeds, success=demos.success)
-    atomic_write_bytes(Path(path), buf.getvalue())
-    return Path(path)
+    location = storage.normalise(path)
+    storage.write_bytes(location, buf.getvalue())
+    return location
 
 
 def load_demos(path: str | Path) -> Demos:

@@ -2,14 +2,19 @@
 through Ray Train and freeze it, evaluate it alone; then one Ray Tune trial per (task, variant)
 runs RLlib SAC with the residual RLModule, evaluates the decorated policy on the same held-out
 seeds every ``eval.every`` env steps, and saves an RLlib checkpoint that reloads for evaluation.
-Every evaluation keeps its episodes' successes and jerks (the claims' paired units)."""
+Every evaluation keeps its episodes' successes and jerks (the claims' paired units). Whatever the
+tasks and trials write (demonstrations, the base policies, the checkpoints) goes to the run's
+storage, a path or a URI: each is handed on as a location."""
 from __future__ import annotations
 
+import contextlib
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
+from ... import storage
 from ...config import ConfigError, DataError, apply_overrides
 from ...resources import worker_resources
 from ...rl.settings import SACSettings
@@ -72,12 +77,25 @@ def check_planner(task: dict[str, Any]) -> None:
                           f"or expert")
 
 
+@contextlib.contextmanager
+def local_folder(location: str) -> Iterator[Path]:
+    """A local folder for what a subprocess writes that is kept at ``location``: the folder itself
+    when it is local; for a URI, a temporary folder whose files are put there at the end."""
+    if not storage.is_remote(location):
+        yield storage.local_path(location)
+        return
+    with tempfile.TemporaryDirectory(prefix="iclr_ray_demos.") as tmp:
+        yield Path(tmp)
+        storage.upload_dir(tmp, location)
+
+
 def make_demos(task: dict[str, Any], seed: int, out_dir: str, sac=None):
     """Record the task's demonstrations (runs as a Ray task with two returns: the demonstrations and
     a dict with the expert's training curve, if any). ``demos.source`` planner: slot's scripted
     expert or the Adroit door's scripted planner with action noise, or ManiSkill's motion-planning
     solutions replayed to state observations; expert: SAC trained here on the dense reward with
-    ``sac`` (:class:`~iclr_ray.rl.settings.SACSettings`), then recorded with action noise."""
+    ``sac`` (:class:`~iclr_ray.rl.settings.SACSettings`), then recorded with action noise.
+    ``out_dir``: where the expert's or the planner's files are kept (a path or a URI)."""
     from ...rl.store import load_demos
 
     d = task["demos"]
@@ -85,7 +103,7 @@ def make_demos(task: dict[str, Any], seed: int, out_dir: str, sac=None):
         from ...rl.expert import expert_demos
 
         demos, curve = expert_demos(env_config(task, None, seed), sac, d["expert_steps"], d["episodes"], seed,
-                                    d["noise"], Path(out_dir) / "expert")
+                                    d["noise"], storage.join(out_dir, "expert"))
         if not demos.success.any():  # behaviour cloning learns from successful episodes only
             raise RuntimeError(f"tasks.{task['name']}: none of the {d['episodes']} episodes of the expert trained for "
                                f"{d['expert_steps']} env steps succeeded (last mean dense return "
@@ -105,8 +123,9 @@ def make_demos(task: dict[str, Any], seed: int, out_dir: str, sac=None):
                             d["noise"]), {}
     from ...rl.maniskill import motion_planning_demos
 
-    h5 = motion_planning_demos(task["env"]["id"], d["episodes"], Path(out_dir), task["env"]["control_mode"])
-    return load_demos(h5), {}
+    with local_folder(out_dir) as folder:
+        demos = load_demos(motion_planning_demos(task["env"]["id"], d["episodes"], folder, task["env"]["control_mode"]))
+    return demos, {}
 
 
 def sac_settings(cfg: Config, task: Task, k: int = 1) -> SACSettings:
@@ -147,7 +166,7 @@ def tracked(act, n: int):
 
 
 @resumable
-def trial(config: dict[str, Any], out_dir: Path, *, cfg_dump: dict[str, Any]) -> dict[str, Any]:
+def trial(config: dict[str, Any], out_dir: Path | str, *, cfg_dump: dict[str, Any]) -> dict[str, Any]:
     """One Tune trial: decorated SAC for the task's env steps, evaluated every eval.every steps."""
     import torch
     from ray import tune
@@ -181,11 +200,11 @@ def trial(config: dict[str, Any], out_dir: Path, *, cfg_dump: dict[str, Any]) ->
             # RLlib counts SAC steps; with a chunked residual each is k env steps (fewer only
             # where an episode ended inside a chunk)
             sampled = k * int(r.get("num_env_steps_sampled_lifetime", sampled // k))
-        ckpt = out_dir / "checkpoint"
-        algo.save_to_path(str(ckpt))
+        ckpt = storage.join(out_dir, "checkpoint")
+        algo.save_to_path(ckpt)
     finally:
         algo.stop()
-    return {"scores": scalars(curve[-1]), "curve": curve, "checkpoint": str(ckpt)}
+    return {"scores": scalars(curve[-1]), "curve": curve, "checkpoint": ckpt}
 
 
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
@@ -199,7 +218,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     from ...rl.rollouts import evaluate
 
     inputs = ctx.inputs
-    root = ctx.run_dir.path
+    root = ctx.run_dir.storage()
     tasks_out: dict[str, Any] = {}
     specs = []
     # every task's planner (or expert) demonstrations are recorded at once, each a Ray task; a base
@@ -212,7 +231,8 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         else:
             sac = sac_settings(cfg, t) if t.demos.source == "expert" else None
             demo_refs[t.name], info_refs[t.name] = record.remote(t.model_dump(mode="json"), cfg.seed,
-                                                                 str(root / "demos" / t.demos.source / t.name), sac)
+                                                                 storage.join(root, "demos", t.demos.source, t.name),
+                                                                 sac)
     recording = [f"{t.name} ({t.demos.episodes}{', expert first' if t.demos.source == 'expert' else ''})"
                  for t in cfg.tasks if t.name not in inputs["demos"]]
     if recording:
@@ -229,14 +249,15 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
                 kind, t.base.steps)
         base_dir, base_curve = train_base(kind, t.base.hparams, demo_refs[t.name], obs_dim=obs_dim, act_dim=act_dim,
                                           obs_horizon=t.env.obs_horizon, steps=t.base.steps, batch=t.base.batch,
-                                          lr=t.base.lr, seed=cfg.seed, storage=root / "base", name=t.name,
+                                          lr=t.base.lr, seed=cfg.seed, storage=storage.join(root, "base"), name=t.name,
                                           normalize_obs=t.base.normalize_obs, weight_decay=t.base.weight_decay,
                                           resources=worker_resources(t.base))
         demos = demo_refs[t.name] if isinstance(demo_refs[t.name], store.Demos) else ray.get(demo_refs[t.name])
-        store.save_demos(demos, root / "demos" / f"{t.name}.npz")
+        store.save_demos(demos, storage.join(root, "demos", f"{t.name}.npz"))
         ctx.say("%s: %d demonstrations, %d successful", t.name, len(demos.seeds), int(demos.success.sum()))
-        zero_dir = store.save_policy(ZeroPolicy(obs_dim=obs_dim, act_dim=act_dim), root / "base" / f"{t.name}_zero")
-        ev_cfg = {**env_config(td, str(base_dir), cfg.seed), "reward": "sparse"}
+        zero_dir = store.save_policy(ZeroPolicy(obs_dim=obs_dim, act_dim=act_dim),
+                                     storage.join(root, "base", f"{t.name}_zero"))
+        ev_cfg = {**env_config(td, base_dir, cfg.seed), "reward": "sparse"}
         n = act_dim * chunk_length(ev_cfg)  # the env's action: a whole chunk with residual_chunk
         base_eval = evaluate(ev_cfg, lambda o: o[-n:], cfg.eval.seed, cfg.eval.episodes, frames=2)
         ctx.log(task=t.name, what="base", success=base_eval["success"], jerk=base_eval["jerk"],
@@ -246,7 +267,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         shown = np.linspace(0, len(frames) - 1, min(FRAMES, len(frames))).round().astype(int) if frames else []
         tasks_out[t.name] = {"demos": {"episodes": len(demos.seeds), "successful": int(demos.success.sum()),
                                        "seeds": demos.seeds.tolist()},
-                             "base": {"kind": kind, "dir": str(base_dir), "loss": base_curve,
+                             "base": {"kind": kind, "dir": base_dir, "loss": base_curve,
                                       **{k: base_eval[k] for k in EVAL_KEYS}},
                              "eval_seeds": [cfg.eval.seed, cfg.eval.seed + cfg.eval.episodes - 1],
                              "frames": [encode_image(frames[i]) for i in shown],
@@ -255,11 +276,12 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
             tasks_out[t.name]["demos"].update(ray.get(info_refs[t.name]))
         for v in cfg.variants:
             rv = resolve(t, v)
-            specs.append({"task": t.name, "variant": rv, "base_dir": str(base_dir if v.base else zero_dir),
+            specs.append({"task": t.name, "variant": rv, "base_dir": base_dir if v.base else zero_dir,
                           "label": f"{t.name}/{v.name}"})
     ctx.say("%d SAC trials (task x variant), %d at a time ...", len(specs), cfg.max_concurrent_trials)
     trials = []
-    for g in run_grid(trial, specs, storage=root / "tune", name="sac", max_concurrent_trials=cfg.max_concurrent_trials,
+    for g in run_grid(trial, specs, storage=storage.join(root, "tune"), name="sac",
+                      max_concurrent_trials=cfg.max_concurrent_trials,
                       cfg_dump=cfg.model_dump(mode="json")):
         v = g.spec["variant"]
         rec = {"task": g.spec["task"], "variant": v["name"], "alpha": v["alpha"], "H": v["H"], "base": v["base"],
