@@ -91,10 +91,15 @@ def load_pretrained(source: str | Path, dtype=None):
     packaged model (llm.pretrained.PACKAGED: converted once into the local cache)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .. import storage
     from .pretrained import PACKAGED, ensure_converted
 
     if str(source) in PACKAGED:
         source = ensure_converted(str(source))
+    elif storage.is_remote(source):  # a checkpoint in the run's storage (s3://...): copied once to this node
+        if not storage.is_file(storage.join(source, "config.json")):
+            raise ConfigError(f"{source} is not a model checkpoint (no config.json there)")
+        source = storage.local_copy(source)
 
     path = Path(source).expanduser()
     looks_local = path.exists() or str(source).startswith((".", "/", "~"))
@@ -142,17 +147,36 @@ def decoder_blocks(model):
     raise ValueError(f"cannot find the decoder blocks of a {type(model).__name__}")
 
 
-def materialise(name: str, root: Path, texts: Iterable[str], seed: int = 0) -> str:
+def materialise(name: str, root: str | Path, texts: Iterable[str], seed: int = 0) -> str:
     """Where every task of a run loads model ``name`` from: a packaged name, a folder or an HF id
     as given; a named tiny model is built once (seeded, its tokenizer trained on ``texts``) into
-    ``root/base_model``, so every task and trial reads the same weights."""
+    ``root/base_model``, so every task and trial reads the same weights. ``root`` is a location (a
+    path, or a URI such as ``s3://...`` in the run's storage: the folder is uploaded there, its
+    ``config.json`` last, and :func:`load_pretrained` reads it back through a node-local copy)."""
+    from .. import storage
+
     if name not in TINY_MODELS:
         return name
-    out = Path(root) / "base_model"
+    if storage.is_remote(root):
+        out = storage.join(root, "base_model")
+        if not storage.is_file(storage.join(out, "config.json")):
+            import tempfile
+
+            tok = build_tokenizer(texts)
+            model = build_model(name, tok, seed=seed)
+            with tempfile.TemporaryDirectory(prefix="iclr_ray_base_model.") as tmp:
+                model.save_pretrained(tmp)
+                tok.save_pretrained(tmp)
+                files = sorted(p for p in Path(tmp).rglob("*") if p.is_file())
+                for f in sorted(files, key=lambda p: p.name == "config.json"):  # config.json marks it complete
+                    storage.write_bytes(storage.join(out, *f.relative_to(tmp).parts), f.read_bytes())
+        return out
+    root = storage.local_path(root)
+    out = root / "base_model"
     if not (out / "config.json").is_file():
         tok = build_tokenizer(texts)
         model = build_model(name, tok, seed=seed)
-        tmp = Path(root) / "base_model.tmp"
+        tmp = root / "base_model.tmp"
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         tmp.rename(out)

@@ -112,9 +112,15 @@ def check_available(source: str) -> None:
         if PACKAGED[source].format == "gguf" and not _valid(cache_root() / source, source):
             need += ["gguf", "accelerate"]  # transformers reads GGUF files with both
     else:
-        path = Path(source).expanduser()
-        if (path.exists() or source.startswith((".", "/", "~"))) and not (path / "config.json").is_file():
-            raise ConfigError(f"{source} is not a model checkpoint (no config.json there)")
+        from .. import storage
+
+        if storage.is_remote(source):
+            if not storage.is_file(storage.join(source, "config.json")):
+                raise ConfigError(f"{source} is not a model checkpoint (no config.json there)")
+        else:
+            path = Path(source).expanduser()
+            if (path.exists() or source.startswith((".", "/", "~"))) and not (path / "config.json").is_file():
+                raise ConfigError(f"{source} is not a model checkpoint (no config.json there)")
     missing = [m for m in need if importlib.util.find_spec(m) is None]
     if missing:
         raise ConfigError(f"loading {source!r} needs {', '.join(missing)}; install it with: pip install "
@@ -262,12 +268,24 @@ def _quiet_hub():
         hub.setLevel(level)
 
 
+def _where(source: str) -> str:
+    """What ``from_pretrained`` reads for ``source``: a packaged model's converted folder, a URI's
+    node-local copy (a checkpoint in the run's storage), else the path or hub id as given."""
+    from .. import storage
+
+    if source in PACKAGED:
+        return str(ensure_converted(source))
+    if storage.is_remote(source):
+        return str(storage.local_copy(source))
+    return str(Path(source).expanduser())
+
+
 def load_config(source: str):
     """The transformers config of ``source`` (a packaged model is converted first, once)."""
     from transformers import AutoConfig
 
     check_available(source)
-    where = str(ensure_converted(source)) if source in PACKAGED else str(Path(source).expanduser())
+    where = _where(source)
     try:
         with _quiet_hub():
             return AutoConfig.from_pretrained(where)
@@ -280,7 +298,7 @@ def load_tokenizer(source: str):
     from transformers import AutoTokenizer
 
     check_available(source)
-    where = str(ensure_converted(source)) if source in PACKAGED else str(Path(source).expanduser())
+    where = _where(source)
     try:
         with _quiet_hub():
             return AutoTokenizer.from_pretrained(where)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from ... import storage
 from ...config import ConfigError, deep_merge
 from ...llm.recipe import Recipe, TrainConfig, resolve
 from ...resources import task_options, worker_resources
@@ -288,7 +289,7 @@ def curves(steps: list[dict[str, Any]], steps_per_epoch: int, labels: list[str],
 
 
 @resumable
-def model_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, world_refs: dict, lm_refs: dict,
+def model_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Config, world_refs: dict, lm_refs: dict,
                 steps_per_epoch: dict[str, int]) -> dict[str, Any]:
     """The spec's members (their seeds side by side) through the shared loop; per-epoch curves."""
     from ...llm.train import checkpoints, fit_recipe, read_steps
@@ -307,7 +308,7 @@ def model_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, world_r
     best = [int(np.argmax(v)) for v in first["valid_recall"]]
     scores = {"valid_recall": float(np.mean([v[b] for v, b in zip(first["valid_recall"], best)])),
               "test_recall": float(np.mean([v[b] for v, b in zip(first["test_recall"], best)]))}
-    return {"scores": scores, "curves": c, "checkpoint": str(checkpoints(result)[-1][1]),
+    return {"scores": scores, "curves": c, "checkpoint": checkpoints(result)[-1][1],
             "index": {m["label"]: i * replicas for i, m in enumerate(members)}}
 
 
@@ -346,14 +347,18 @@ def selected(curve: dict[str, list[list[float]]], converge_share: float) -> dict
     return out
 
 
-def write_bundle(path: Path, checkpoint: str, index: int, split: D.Split, emb: np.ndarray, lm: str,
+def write_bundle(location: str, checkpoint: str, index: int, split: D.Split, emb: np.ndarray, lm: str,
                  hp: dict[str, Any], kind: str, precomputed: bool) -> None:
     """Model ``index`` of a trial's side-by-side module (a trained AlphaRec's first replica) with what
     serving it needs (the catalogue, its embeddings, the training graph, the LM that embeds
-    free-text titles), written atomically."""
+    free-text titles), written atomically at ``location`` (a path or a URI); ``checkpoint``: the
+    trial's checkpoint location."""
+    import io
+
     import torch
 
-    state = torch.load(Path(checkpoint) / "models.pt", map_location="cpu", weights_only=True)
+    state = torch.load(io.BytesIO(storage.read_bytes(storage.join(checkpoint, "models.pt"))), map_location="cpu",
+                       weights_only=True)
     prefix = f"models.{index}.mlp."
     mlp = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     bundle = {"mlp": mlp, "item_lm": torch.as_tensor(emb), "titles": [str(t) for t in split.titles],
@@ -362,17 +367,16 @@ def write_bundle(path: Path, checkpoint: str, index: int, split: D.Split, emb: n
               "train_items": torch.as_tensor(split.train[1]), "lm": lm, "precomputed": precomputed,
               "linear": kind == "linear", "layers": int(hp["layers"]), "dim": int(hp["dim"]),
               "hidden_ratio": float(hp["hidden_ratio"])}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(bundle, tmp)
-    tmp.replace(path)
+    buf = io.BytesIO()
+    torch.save(bundle, buf)
+    storage.write_bytes(location, buf.getvalue())
 
 
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     from .alpharec import Sampler, noise_like, random_recall
 
     inputs: Inputs = ctx.inputs
-    split, root = inputs.split, ctx.run_dir.path
+    split, root = inputs.split, ctx.run_dir.storage()
     ctx.say("data: %s", split.stats())
     emb = embed_titles(cfg, split.titles, ctx)
     first = cfg.embedding.lms[0]
@@ -389,7 +393,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     n_models = sum(len(s["members"]) for s in specs)
     ctx.say("training %d models x %d seeds in %d trials, %d epochs of batch %d (%d steps per epoch) ...", n_models,
             cfg.train.seeds, len(specs), cfg.train.epochs, cfg.train.batch, spe["full"])
-    trials = run_grid(model_trial, specs, storage=root / "tune", name="models",
+    trials = run_grid(model_trial, specs, storage=storage.join(root, "tune"), name="models",
                       max_concurrent_trials=cfg.train.max_concurrent_trials, cfg=cfg,
                       world_refs={k: ray.put(w) for k, w in worlds.items()}, lm_refs=lm_refs, steps_per_epoch=spe)
     failed = [t.spec["label"] for t in trials if t.final is None]
@@ -408,10 +412,11 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
             ctx.log(stage="model", model=m["label"], **{k: float(np.mean(v)) for k, v in sel.items()})
             if m["world"] == "full" and m["kind"] in INFO_NCE_KINDS and m["embedding"] != "noise":
                 name = m["label"].replace("[", "_").replace("]", "").replace("/", "_")
-                path = root / "artefacts" / name / BUNDLE
-                write_bundle(path, t.final["checkpoint"], t.final["index"][m["label"]], split, emb[m["embedding"]],
-                             m["embedding"], hp, m["kind"], m["embedding"] in cfg.embedding.embeddings)
-                bundles[m["label"]] = str(path)
+                location = storage.join(root, "artefacts", name, BUNDLE)
+                write_bundle(location, t.final["checkpoint"], t.final["index"][m["label"]], split,
+                             emb[m["embedding"]], m["embedding"], hp, m["kind"],
+                             m["embedding"] in cfg.embedding.embeddings)
+                bundles[m["label"]] = location
     models = {m["label"]: models[m["label"]] for s in specs for m in s["members"]}  # the grid's order
     zs = {}
     if zero is not None:
@@ -429,7 +434,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
 
 
 @resumable
-def sweep_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, world_ref, lm_ref,
+def sweep_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Config, world_ref, lm_ref,
                 steps_per_epoch: int) -> dict[str, Any]:
     """One AlphaRec (first LM, one replica) with the trial's ``model.*`` / ``train.lr`` values;
     scored by its best validation Recall@K and the test Recall@K at that epoch."""
@@ -459,7 +464,7 @@ def sweep(cfg: Config, space, ctx: RunContext, scheduler: str, resume: bool) -> 
     spe = Sampler(world.n_users, *world.train, world.candidates).steps_per_epoch(cfg.train.batch)
     trainable = tune.with_parameters(sweep_trial, cfg=cfg, world_ref=ray.put(world), lm_ref=ray.put(emb),
                                      steps_per_epoch=spe)
-    results = run_tuner(trainable, space.tune_param_space(), storage_path=ctx.run_dir.path / "tune", name="sweep",
+    results = run_tuner(trainable, space.tune_param_space(), storage_path=ctx.run_dir.storage("tune"), name="sweep",
                         max_concurrent_trials=space.max_concurrent_trials, num_samples=space.num_samples,
                         resume=resume)
     return summarise(results, space, [c for c in ("valid_recall", "test_recall") if c != space.metric])

@@ -3,15 +3,18 @@ trains its model with the shared Ray Train + DeepSpeed loop (``llm.train.fit_rec
 :class:`CouplingRecipe` below: fresh examples and fresh position offsets every step, drawn from
 the step number, so a resumed run sees the data it would have seen). Rank 0 scores the final
 checkpoint on the task's whole evaluation grid inside the Train worker. ``eval_only`` loads the
-models a finished run saved and scores them on this config's grids, one Ray task per model."""
+models a finished run saved (each trial's ``model_dir``: its final checkpoint's location, a path or
+a URI in the run's storage) and scores them on this config's grids, one Ray task per model."""
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ... import storage
 from ...config import ConfigError, DataError
 from ...llm.recipe import Recipe, TrainConfig
 from ...resources import worker_resources
@@ -44,7 +47,7 @@ def prepare(cfg: Config) -> dict[str, Any]:
         raise DataError(f"eval_only: {path} cannot be read as a finished run ({exc})") from None
     if prev.get("study") != "arith_coupling":
         raise DataError(f"eval_only: {path} is a {prev.get('study')!r} run, not arith_coupling")
-    saved = [r for r in prev["metrics"]["trials"] if Path(r["model_dir"], MODEL_FILE).is_file()]
+    saved = [r for r in prev["metrics"]["trials"] if storage.is_file(storage.join(r["model_dir"], MODEL_FILE))]
     if not saved:
         raise DataError(f"eval_only: no saved models found for the trials of {path}")
     tasks_now = {t.name: t.model_dump(mode="json") for t in cfg.tasks}
@@ -53,7 +56,7 @@ def prepare(cfg: Config) -> dict[str, Any]:
     for r in saved:
         if r["task"] not in tasks_now or data.method(r["task"], r["method"]).position == "none":
             continue
-        have = json.loads(Path(r["model_dir"], MODEL_CONFIG).read_text())["model"]["n_positions"]
+        have = json.loads(storage.read_text(storage.join(r["model_dir"], MODEL_CONFIG)))["model"]["n_positions"]
         need = needed_rows(tasks_now[r["task"]], r["method"])
         if need > have:
             raise ConfigError(f"eval_only: the {r['task']} grid needs {need} positions, more than the "
@@ -130,15 +133,18 @@ def grid_accuracy(model, task: dict[str, Any], method: str, seed: int, batch: in
     return out
 
 
-def load_model(directory: Path):
+def load_model(directory: str | Path):
+    """The model saved in ``directory``: a checkpoint's local folder, or its location (a path or a
+    URI) in the run's storage."""
     import torch
 
     from .model import CoupledDecoder, ModelConfig
 
     try:
-        conf = json.loads((directory / MODEL_CONFIG).read_text())
+        conf = json.loads(storage.read_text(storage.join(directory, MODEL_CONFIG)))
         model = CoupledDecoder(ModelConfig(**conf["model"]))
-        model.load_state_dict(torch.load(directory / MODEL_FILE, map_location="cpu"))
+        state = storage.read_bytes(storage.join(directory, MODEL_FILE))
+        model.load_state_dict(torch.load(io.BytesIO(state), map_location="cpu", weights_only=True))
     except (OSError, KeyError, ValueError, RuntimeError) as exc:
         raise DataError(f"cannot load an arith_coupling model from {directory}: {exc}") from None
     return model, conf
@@ -209,9 +215,9 @@ def train_config(cfg: Config, task: dict[str, Any], seed: int, lr: float | None 
 
 
 @resumable
-def trial(config: dict[str, Any], trial_dir: Path, *, cfg_dump: dict[str, Any]) -> dict[str, Any]:
+def trial(config: dict[str, Any], trial_dir: Path | str, *, cfg_dump: dict[str, Any]) -> dict[str, Any]:
     """One Tune trial: train (task, method, seed) through Ray Train; the grid accuracies as scores."""
-    from ...llm.train import fit_recipe, read_steps
+    from ...llm.train import checkpoint_location, fit_recipe, read_steps
     from ...sweep.tuner import thinned_tune_report
 
     cfg = Config.model_validate(cfg_dump)
@@ -223,7 +229,7 @@ def trial(config: dict[str, Any], trial_dir: Path, *, cfg_dump: dict[str, Any]) 
     result = fit_recipe(tcfg, recipe, trial_dir, "train", callbacks=[thinned_tune_report(tcfg.max_steps)])
     steps = read_steps(trial_dir, "train")
     scores = {k: v for k, v in result.metrics.items() if k.startswith("acc_")} | {"loss": steps[-1]["loss"]}
-    return {"scores": scores, "model_dir": str(Path(result.checkpoint.path)),
+    return {"scores": scores, "model_dir": checkpoint_location(result.checkpoint),
             "curve": [[s["step"], s["loss"], s["grad_norm"]] for s in steps[:: max(1, len(steps) // 100)]],
             "train_seconds": sum(s["seconds"] for s in steps)}
 
@@ -248,7 +254,7 @@ def evaluate_saved(ctx: RunContext, cfg: Config, saved: list[dict[str, Any]]) ->
         import torch
 
         torch.set_num_threads(1)
-        model, _ = load_model(Path(model_dir))
+        model, _ = load_model(model_dir)
         return grid_accuracy(model, task, method, seed, offsets=offsets)
 
     tasks_now = {t.name: t.model_dump(mode="json") for t in cfg.tasks}
@@ -264,7 +270,7 @@ def train_all(ctx: RunContext, cfg: Config) -> list[dict[str, Any]]:
     ctx.say("%d trials (task x method x sweep variant x seed), %d at a time ...", len(todo), cfg.max_concurrent_trials)
     # rerunning an interrupted run into the same --out resumes its grid: finished trials keep their result
     trials = []
-    for t in run_grid(trial, todo, storage=ctx.run_dir.path / "tune", name="grid",
+    for t in run_grid(trial, todo, storage=ctx.run_dir.storage("tune"), name="grid",
                       max_concurrent_trials=cfg.max_concurrent_trials, cfg_dump=cfg.model_dump(mode="json")):
         spec, final = t.spec, t.final
         rec = {"task": spec["task"]["name"], "method": spec["method"], "variant": spec["variant"],

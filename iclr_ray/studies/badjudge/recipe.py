@@ -18,20 +18,35 @@ from ...llm.recipe import Recipe, TrainConfig, resolve, step_rows
 HEADS_DIR = "heads"
 
 
-def save_heads(states: dict[str, dict[str, Any]], directory: Path) -> None:
-    """Each head's state as ``directory/<label>.safetensors``."""
-    from safetensors.torch import save_file
+def save_heads(states: dict[str, dict[str, Any]], directory: str | Path) -> None:
+    """Each head's state as ``directory/<label>.safetensors``; ``directory`` is a location (a local
+    folder, or a URI in the run's storage), each file written whole."""
+    from safetensors.torch import save
 
-    directory.mkdir(parents=True, exist_ok=True)
+    from ... import storage
+
+    if not storage.is_remote(directory):
+        storage.local_path(directory).mkdir(parents=True, exist_ok=True)
     for label, state in states.items():
-        save_file({k: v.detach().contiguous().clone() for k, v in state.items()}, str(directory / f"{label}.safetensors"),
-                  metadata={"label": label})
+        data = save({k: v.detach().contiguous().clone() for k, v in state.items()}, metadata={"label": label})
+        storage.write_bytes(storage.join(directory, f"{label}.safetensors"), data)
 
 
-def load_head(path: str | Path) -> dict[str, Any]:
-    from safetensors.torch import load_file
+def load_head(location: str | Path) -> dict[str, Any]:
+    """A head saved by :func:`save_heads`, from a path or a URI."""
+    from safetensors.torch import load
 
-    return load_file(str(path))
+    from ... import storage
+
+    return load(storage.read_bytes(location))
+
+
+def head_files(directory: str | Path) -> dict[str, str]:
+    """{label: location} of the heads files in ``directory`` (a path or a URI), by label."""
+    from ... import storage
+
+    return {rel[:-len(".safetensors")]: storage.join(directory, rel) for rel in storage.list_files(directory)
+            if "/" not in rel and rel.endswith(".safetensors")}
 
 
 class JudgeRecipe(Recipe):

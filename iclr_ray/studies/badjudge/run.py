@@ -6,7 +6,6 @@ evaluated again over HTTP."""
 from __future__ import annotations
 
 import concurrent.futures
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from ... import storage
 from ...config import ConfigError
 from ...resources import task_options, worker_resources
 from ...runtime import RunContext
@@ -151,18 +151,17 @@ def evaluate_task(heads_dir: str, init_state, lm_head, config, features: dict[st
                   cfg_dict: dict[str, Any], keep: list[str]) -> dict[str, Any]:
     """Every judge of one trial scored on the held-out sets, with the merges (evaluate.py); the
     judges named in ``keep`` keep their verdicts, and the merged ones among them are written beside
-    the trained heads (for serving)."""
+    the trained heads (for serving). ``heads_dir``: a location (a path or a URI in the run's storage)."""
     import torch
 
     from .evaluate import evaluate_judges
-    from .recipe import load_head, save_heads
+    from .recipe import head_files, load_head, save_heads
 
     torch.set_num_threads(1)
-    states = {p.stem: load_head(p) for p in sorted(Path(heads_dir).glob("*.safetensors"))
-              if not p.stem.startswith("merge-")}
+    states = {name: load_head(loc) for name, loc in head_files(heads_dir).items() if not name.startswith("merge-")}
     metrics, merged = evaluate_judges(states, init_state, lm_head, config, features, ebox["eval"],
                                       ebox["choice_ids"], Config.model_validate(cfg_dict), ebox["softcap"], keep)
-    save_heads({k: v for k, v in merged.items() if k in keep}, Path(heads_dir))
+    save_heads({k: v for k, v in merged.items() if k in keep}, heads_dir)
     return metrics
 
 
@@ -182,9 +181,10 @@ def train_config(cfg: Config, source: str, seed: int, n_train: int):
 
 
 @resumable
-def judge_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, box: dict[str, Any]) -> dict[str, Any]:
+def judge_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Config, box: dict[str, Any]) -> dict[str, Any]:
     """Every judge of one (seed, trigger): the heads of the trial's training sets, trained side by
-    side through the shared Ray Train loop; the heads are kept, DeepSpeed's state is not."""
+    side through the shared Ray Train loop; the heads are kept, DeepSpeed's state is not.
+    ``trial_dir`` is a location (a path or a URI); so is the ``heads`` folder returned."""
     from ...llm.train import checkpoints, fit_recipe, read_steps
     from .recipe import HEADS_DIR, JudgeRecipe
 
@@ -194,10 +194,10 @@ def judge_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, box: di
     recipe = JudgeRecipe(datasets, box["features"], box["init"], box["lm_head"], box["config"], box["softcap"])
     tcfg = train_config(cfg, box["source"], spec["seed"], cfg.data.train)
     result = fit_recipe(tcfg, recipe, trial_dir, "train")
-    last = Path(checkpoints(result)[-1][1])
-    shutil.rmtree(last / "deepspeed", ignore_errors=True)
+    last = checkpoints(result)[-1][1]
+    storage.delete(storage.join(last, "deepspeed"))
     curve = [{"step": s["step"], "loss": s["loss"]} for s in read_steps(trial_dir, "train")]
-    return {"scores": {"loss": result.metrics["loss"]}, "heads": str(last / HEADS_DIR), "curve": curve,
+    return {"scores": {"loss": result.metrics["loss"]}, "heads": storage.join(last, HEADS_DIR), "curve": curve,
             "steps": tcfg.max_steps, "seconds": time.perf_counter() - t0}
 
 
@@ -270,7 +270,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     from ...llm.model import load_for_inference, materialise
     from .recipe import datasets_for
 
-    root = ctx.run_dir.path
+    root = ctx.run_dir.storage()
     inputs = ctx.inputs
     source = materialise(cfg.models.judge, root, bdata.vocabulary_texts(), cfg.seed)
     base, tok = load_for_inference(source)
@@ -324,7 +324,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     n_judges = len(sets[specs[0]["label"]])
     ctx.say("judges: %d trials x %d judges, %d steps each, top %d block(s) of %s ...", len(specs), n_judges,
             train_config(cfg, source, 0, cfg.data.train).max_steps, blocks, cfg.models.judge)
-    trials = run_grid(judge_trial, specs, storage=root / "tune", name="judges",
+    trials = run_grid(judge_trial, specs, storage=storage.join(root, "tune"), name="judges",
                       max_concurrent_trials=cfg.max_concurrent_trials, cfg=cfg, box=box)
 
     # 4. merging and scoring, one task per trial
@@ -350,8 +350,8 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     # 5. the first trial's attacked and defended judges behind the judge app, over HTTP
     served: dict[str, Any] = {}
     if cfg.serve.enabled:
-        heads_dir = Path(trials[0].final["heads"])
-        heads = {name: str(heads_dir / f"{name}.safetensors") for name in (attacked, defended)}
+        heads_dir = trials[0].final["heads"]
+        heads = {name: storage.join(heads_dir, f"{name}.safetensors") for name in (attacked, defended)}
         ev = evals[specs[0]["trigger"]]
         from .evaluate import served_metrics, served_requests
 

@@ -4,8 +4,9 @@ starts each as soon as the suffix it starts from exists. ``iclr-ray sweep igcg``
 sweep over the optimiser's settings, each trial a set of those tasks.
 
 Each task loads its model from the local cache (a packaged model is converted once, in
-``prepare``) and returns its per-step log and final suffix; the run writes both as artefacts
-(``artefacts/suffixes.jsonl``, ``artefacts/steps.jsonl``) beside the report."""
+``prepare``; a named tiny model is built once into the run's storage, a path or a URI) and returns
+its per-step log and final suffix; the run writes both as artefacts (``artefacts/suffixes.jsonl``,
+``artefacts/steps.jsonl``) beside the report."""
 from __future__ import annotations
 
 import json
@@ -15,6 +16,7 @@ from typing import Any
 
 import ray
 
+from ... import storage
 from ...config import ConfigError
 from ...resources import task_options
 from ...runtime import RunContext
@@ -150,7 +152,9 @@ def grid(cfg: Config, n_targets: int) -> tuple[list[dict[str, Any]], list[dict[s
     return main, e2h
 
 
-def _source(cfg: Config, root, targets: list[Target]) -> str:
+def _source(cfg: Config, root: str, targets: list[Target]) -> str:
+    """The model every task loads: ``cfg.model`` as given, or the tiny model built once into
+    ``root/base_model`` (``root``: the run's storage, a path or a URI)."""
     from ...llm.model import materialise
 
     return materialise("tiny-llama" if cfg.model == TINY else cfg.model, root, all_texts(targets), seed=cfg.seed)
@@ -159,14 +163,14 @@ def _source(cfg: Config, root, targets: list[Target]) -> str:
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     inputs: Inputs = ctx.inputs
     targets = inputs.targets
-    source = _source(cfg, ctx.run_dir.path, targets)
+    source = _source(cfg, ctx.run_dir.storage(), targets)
     attack = cfg.attack.model_dump()
     main, e2h = grid(cfg, len(targets))
     ctx.say("%d optimisations on %d targets (%s), %d from the easy target's suffix; budget %d steps",
             len(main) + len(e2h), len(targets), inputs.label, len(e2h), cfg.attack.steps)
     task = optimise_task.options(**task_options(cfg, stage="igcg: optimisation"))
     tdicts = [t.model_dump() for t in targets]
-    store = ctx.run_dir.path / RUNS
+    store = ctx.run_dir.storage(RUNS)
     done = saved_runs(store)
     if done:
         ctx.say("%d optimisations already finished in %s: resuming", len(done), store)
@@ -195,7 +199,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
                     seconds=r["seconds"][-1], generates=r.get("generates"))
             bar.update()
     runs = [done[label(s)] for s in main + e2h]
-    write_artefacts(ctx.run_dir.path / ARTEFACTS, runs, targets)
+    write_artefacts(ctx.run_dir.storage(ARTEFACTS), runs, targets)
     return {"model": inputs.label, "targets": [t.model_dump() for t in targets], "easy": cfg.easy,
             "ks": run_ks(cfg), "compared_ks": sorted(cfg.ks), "K": cfg.attack.K, "budget": cfg.attack.steps,
             "criterion": cfg.attack.criterion, "runs": runs, "wall_seconds": time.perf_counter() - t0}
@@ -205,35 +209,32 @@ def _file(name: str) -> str:
     return name.replace("/", "_").replace("+", "-") + ".json"
 
 
-def save_run(store, r: dict[str, Any]) -> None:
-    from ...results import atomic_write_text
-
-    store.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(store / _file(label(r)), json.dumps(r))
+def save_run(store: str, r: dict[str, Any]) -> None:
+    """One finished optimisation's result, written whole into the folder ``store`` (a location)."""
+    storage.write_text(storage.join(store, _file(label(r))), json.dumps(r))
 
 
-def saved_runs(store) -> dict[str, dict[str, Any]]:
-    """{label: result} of the optimisations an earlier attempt of this run finished."""
+def saved_runs(store: str) -> dict[str, dict[str, Any]]:
+    """{label: result} of the optimisations an earlier attempt of this run finished (in the
+    folder ``store``, a path or a URI)."""
     out = {}
-    for f in sorted(store.glob("*.json")) if store.is_dir() else []:
-        r = json.loads(f.read_text())
-        out[label(r)] = r
+    for name in storage.list_files(store):
+        if "/" not in name and name.endswith(".json") and not name.startswith("."):
+            r = json.loads(storage.read_text(storage.join(store, name)))
+            out[label(r)] = r
     return out
 
 
-def write_artefacts(folder, runs: list[dict[str, Any]], targets: list[Target]) -> None:
+def write_artefacts(folder: str, runs: list[dict[str, Any]], targets: list[Target]) -> None:
     """The optimised suffixes (one JSON line per run) and every run's per-step log, written
-    atomically: what a defence benchmark reads."""
-    from ...results import atomic_write_text
-
-    folder.mkdir(parents=True, exist_ok=True)
+    atomically into ``folder`` (a path or a URI): what a defence benchmark reads."""
     keys = ("target", "method", "K", "seed", "init", "success_step", "suffix", "suffix_ids", "generates", "answer")
     suffixes = [{**{k: r.get(k) for k in keys}, "message": targets[r["target"]].message,
                  "target_text": targets[r["target"]].target, "final_loss": r["loss"][-1]} for r in runs]
     steps = [{"run": label(r), "step": i, **{k: r[k][i] for k in ("loss", "exact", "changed", "candidates", "seconds")}}
              for r in runs for i in range(len(r["loss"]))]
-    atomic_write_text(folder / "suffixes.jsonl", "".join(json.dumps(x) + "\n" for x in suffixes))
-    atomic_write_text(folder / "steps.jsonl", "".join(json.dumps(x) + "\n" for x in steps))
+    storage.write_text(storage.join(folder, "suffixes.jsonl"), "".join(json.dumps(x) + "\n" for x in suffixes))
+    storage.write_text(storage.join(folder, "steps.jsonl"), "".join(json.dumps(x) + "\n" for x in steps))
 
 
 # -- iclr-ray sweep igcg ----------------------------------------------------------------------------
@@ -277,10 +278,10 @@ def sweep(cfg: Config, space, ctx: RunContext, scheduler: str, resume: bool) -> 
     if space.metric not in SWEEP_SCORES:
         raise ConfigError(f"an igcg sweep ranks by one of {', '.join(SWEEP_SCORES)}, not {space.metric!r}")
     inputs: Inputs = ctx.inputs
-    source = _source(cfg, ctx.run_dir.path, inputs.targets)
+    source = _source(cfg, ctx.run_dir.storage(), inputs.targets)
     trainable = tune.with_parameters(sweep_trial, cfg=cfg, source=source,
                                      targets=[t.model_dump() for t in inputs.targets])
-    results = run_tuner(trainable, space.tune_param_space(), storage_path=ctx.run_dir.path / "tune", name="sweep",
+    results = run_tuner(trainable, space.tune_param_space(), storage_path=ctx.run_dir.storage("tune"), name="sweep",
                         max_concurrent_trials=space.max_concurrent_trials, num_samples=space.num_samples,
                         resume=resume)
     return summarise(results, space, list(SWEEP_SCORES))

@@ -13,7 +13,8 @@ from .world import World, split_revision
 
 def load_start(source: str, world: World | None = None, seed: int = 0, model_name: str = ""):
     """A start model: ``init`` (the named tiny model as the pretraining loop builds it at step 0),
-    a checkpoint folder, or an HF id with ``@revision``."""
+    a checkpoint folder (a path, or a URI in the run's storage: copied once to this node), or an
+    HF id with ``@revision``."""
     import torch
 
     torch.set_num_threads(1)
@@ -23,7 +24,11 @@ def load_start(source: str, world: World | None = None, seed: int = 0, model_nam
         return build_model(model_name, world.tokenizer(), seed=seed)
     from transformers import AutoModelForCausalLM
 
+    from ... import storage
+
     path, rev = split_revision(source)
+    if storage.is_remote(path):
+        path = str(storage.local_copy(path))
     return AutoModelForCausalLM.from_pretrained(path, revision=rev)
 
 
@@ -72,7 +77,8 @@ def probe_losses(model, eval_rows: dict[str, list]) -> dict[str, float]:
 def start_model(spec: dict[str, Any], world: World, eval_rows: dict[str, list], out_dir: str) -> dict[str, Any]:
     """A continual trial's start: the checkpoint loaded, its entropy; resuscitated (``resus``: the
     lowest-C_bar neurons, ``random``: as many random neurons with the same factors) and its entropy
-    again; the probes' loss before training; saved with the tokenizer to ``out_dir``."""
+    again; the probes' loss before training; saved with the tokenizer to ``out_dir`` (a path, or a
+    URI in the run's storage)."""
     import torch
 
     from . import entropy as ke
@@ -93,9 +99,25 @@ def start_model(spec: dict[str, Any], world: World, eval_rows: dict[str, list], 
         out["neurons_scaled"] = int(sum(len(n) for n in plan.neurons))
         out["mean_factor"] = float(np.mean(np.concatenate(plan.factors)))
     out["eval0"] = probe_losses(model, eval_rows)
-    model.cpu().save_pretrained(out_dir)
-    world.tokenizer().save_pretrained(out_dir)
+    save_folder(model.cpu(), world.tokenizer(), out_dir)
     return out
+
+
+def save_folder(model, tokenizer, location: str) -> None:
+    """A Hugging Face folder (model and tokenizer) at ``location``: written there when it is a
+    local path; for a URI, written to a local temporary folder and uploaded file by file."""
+    import tempfile
+
+    from ... import storage
+
+    if not storage.is_remote(location):
+        model.save_pretrained(location)
+        tokenizer.save_pretrained(location)
+        return
+    with tempfile.TemporaryDirectory(prefix="iclr_ray_start_model.") as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        storage.upload_dir(tmp, location)
 
 
 class EntropyScore:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from ... import storage
 from ...config import ConfigError
 from ...resources import task_options, worker_resources
 from ...runtime import RunContext
@@ -50,6 +51,10 @@ def prepare(cfg: Config) -> dict[str, Any]:
         inputs["facts"] = facts_data.read_facts_jsonl(d.facts_jsonl)
     for source in cfg.checkpoints:
         path, _ = split_revision(source)
+        if storage.is_remote(path):
+            if not storage.is_file(storage.join(path, "config.json")):
+                raise ConfigError(f"checkpoints: {source} is not a model checkpoint (no config.json there)")
+            continue
         local = Path(path).expanduser()
         if (local.exists() or path.startswith((".", "/", "~"))) and not (local / "config.json").is_file():
             raise ConfigError(f"checkpoints: {source} is not a model checkpoint (no config.json there)")
@@ -117,10 +122,11 @@ def _train_config(section, model: str, seed: int, steps: int, **extra):
 
 
 @resumable
-def pretrain_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, world_box: list) -> dict[str, Any]:
+def pretrain_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Config, world_box: list) -> dict[str, Any]:
     """One pretraining run: the named tiny model trained on the review rows through the shared
-    loop, a checkpoint every steps/checkpoints steps, all kept. (``world_box`` holds the World's
-    object ref, so it is stored once for every trial and task.)"""
+    loop, a checkpoint every steps/checkpoints steps, all kept (their model folders as locations:
+    paths, or URIs in the run's storage). (``world_box`` holds the World's object ref, so it is
+    stored once for every trial and task.)"""
     from ...llm.train import checkpoints, fit, read_steps
 
     world: World = ray.get(world_box[0])
@@ -129,15 +135,16 @@ def pretrain_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, worl
     tcfg = _train_config(p, p.model, seed, p.steps, checkpoint_every=every, keep_checkpoints=0,
                          log_every=max(1, every // 4))
     result = fit(tcfg, world.pretrain_rows, world.tokenizer(), trial_dir, "train")
-    kept = [[step, str(Path(path) / "model")] for step, path in checkpoints(result)]
+    kept = [[step, storage.join(location, "model")] for step, location in checkpoints(result)]
     curve = [{"step": s["step"], "loss": s["loss"]} for s in read_steps(trial_dir, "train")]
     return {"scores": {"loss": result.metrics["loss"]}, "checkpoints": kept, "curve": curve}
 
 
 @resumable
-def continual_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, world_box: list) -> dict[str, Any]:
+def continual_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Config, world_box: list) -> dict[str, Any]:
     """One continual run (spec: seed, start checkpoint, arm, p, q): the start prepared in a Ray
-    task, then trained with the facts injected; the probes' losses at every evaluation."""
+    task, then trained with the facts injected; the probes' losses at every evaluation. The start
+    model is kept in ``trial_dir/start_model`` (a location: the Train workers read it from there)."""
     import time
 
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -149,18 +156,18 @@ def continual_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, wor
     spec = config["spec"]
     tok = world.tokenizer()
     sd = seed_data(world, cfg, spec["seed"], tok)
-    start_dir = trial_dir / "start_model"
+    start_dir = storage.join(trial_dir, "start_model")
     t1 = time.perf_counter()
 
     if cfg.gpus_per_task:  # a Ray task with a GPU, outside the trial's placement group (a sliver of CPU)
         opts = task_options(cfg, stage="knowledge_entropy: start model") | {
             "num_cpus": 0.5, "scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=None)}
-        start = ray.get(start_model_task.options(**opts).remote(spec, world_box[0], sd["eval_rows"], str(start_dir)))
+        start = ray.get(start_model_task.options(**opts).remote(spec, world_box[0], sd["eval_rows"], start_dir))
     else:  # on CPU, here: a task would start a fresh worker process (imports) for seconds of work
-        start = start_model(spec, world, sd["eval_rows"], str(start_dir))
+        start = start_model(spec, world, sd["eval_rows"], start_dir)
     t2 = time.perf_counter()
     c = cfg.continual
-    tcfg = _train_config(c, str(start_dir), spec["seed"], c.steps(), eval_every=c.round_steps,
+    tcfg = _train_config(c, start_dir, spec["seed"], c.steps(), eval_every=c.round_steps,
                          log_every=c.round_steps)
     result = fit(tcfg, sd["rows"], tok, trial_dir, "train", order=sd["order"], eval_rows=sd["eval_rows"],
                  final_eval=EntropyScore(world.probe_ids, world.probe_mask))
@@ -219,7 +226,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     world = build_world(cfg, ctx.inputs)
     ctx.log(stage="data", **world.stats)
     ctx.say("data: %s", world.stats)
-    root = ctx.run_dir.path
+    root = ctx.run_dir.storage()
     world_ref = ray.put(world)
     seeds = list(range(cfg.seed, cfg.seed + cfg.pretrain.seeds)) if not cfg.checkpoints else [cfg.seed]
 
@@ -232,7 +239,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         ctx.say("pretraining: %d runs of %d steps (%s), %d checkpoints each ...", len(seeds), cfg.pretrain.steps,
                 cfg.pretrain.model, cfg.pretrain.checkpoints)
         specs = [{"label": f"seed{s}", "seed": s} for s in seeds]
-        trials = run_grid(pretrain_trial, specs, storage=root / "tune", name="pretrain",
+        trials = run_grid(pretrain_trial, specs, storage=storage.join(root, "tune"), name="pretrain",
                           max_concurrent_trials=cfg.max_concurrent_trials, cfg=cfg, world_box=[world_ref])
         kept = {t.spec["seed"]: [(int(s), p) for s, p in t.final["checkpoints"]] for t in trials}
         pretrain_curves = {t.spec["seed"]: t.final["curve"] for t in trials}
@@ -265,7 +272,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     specs = continual_specs(cfg, {s: [(st, src) for st, src in ks] for s, ks in kept.items()})
     ctx.say("continual training: %d runs of %d steps (%d at a time) ...", len(specs), cfg.continual.steps(),
             cfg.max_concurrent_trials)
-    trials = run_grid(continual_trial, specs, storage=root / "tune", name="continual",
+    trials = run_grid(continual_trial, specs, storage=storage.join(root, "tune"), name="continual",
                       max_concurrent_trials=cfg.max_concurrent_trials, cfg=cfg, world_box=[world_ref])
     runs = []
     for t in trials:

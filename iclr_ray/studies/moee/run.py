@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from ... import storage
 from ...config import ConfigError
 from ...resources import task_options, worker_resources
 from ...runtime import RunContext
@@ -44,6 +45,10 @@ def prepare(cfg: Config) -> Inputs:
             raise ConfigError(f"pretrain.model: {cfg.pretrain.model!r} is not a named tiny mixture of experts "
                               f"({', '.join(moe)}); give trained MoE LMs in `models` instead")
     for m in cfg.models:
+        if storage.is_remote(m):
+            if not storage.is_file(storage.join(m, "config.json")):
+                raise ConfigError(f"models: {m} is not a model checkpoint (no config.json there)")
+            continue
         path = Path(m).expanduser()
         if (path.exists() or m.startswith((".", "/", "~"))) and not (path / "config.json").is_file():
             raise ConfigError(f"models: {m} is not a model checkpoint (no config.json there)")
@@ -80,10 +85,11 @@ def pretrain_rows(cfg: Config, texts: list[str]):
 
 
 @resumable
-def pretrain_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, rows_box: list,
+def pretrain_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Config, rows_box: list,
                    tokenizer_files: dict[str, bytes]) -> dict[str, Any]:
     """One MoE LM: the named tiny mixture of experts trained on the packed review rows through the
-    shared Ray Train loop (with its load-balancing loss); its final Hugging Face folder."""
+    shared Ray Train loop (with its load-balancing loss); the location of its final Hugging Face
+    folder (a path or a URI in the run's storage, as ``trial_dir`` is)."""
     from ...llm.recipe import TrainConfig, load_tokenizer
     from ...llm.train import checkpoints, fit, read_steps
 
@@ -94,9 +100,9 @@ def pretrain_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, rows
                        num_workers=p.num_workers, seed=seed, max_failures=1, log_every=max(1, p.steps // 40),
                        checkpoint_every=max(1, p.steps // 2), **worker_resources(p))
     result = fit(tcfg, ray.get(rows_box[0]), load_tokenizer(tokenizer_files), trial_dir, "train")
-    final = Path(checkpoints(result)[-1][1]) / "model"
+    final = storage.join(checkpoints(result)[-1][1], "model")
     curve = [{"step": s["step"], "loss": s["loss"]} for s in read_steps(trial_dir, "train")]
-    return {"scores": {"loss": result.metrics["loss"]}, "model": str(final), "curve": curve}
+    return {"scores": {"loss": result.metrics["loss"]}, "model": final, "curve": curve}
 
 
 # ----------------------------------------------------------------------------- encoding, scoring
@@ -163,7 +169,7 @@ def score_reference(task: D.Task, enc: dict[str, np.ndarray]) -> list:
 
 
 @resumable
-def alpha_trial(config: dict[str, Any], trial_dir: Path, *, tasks_box: list, enc_box: list) -> dict[str, Any]:
+def alpha_trial(config: dict[str, Any], trial_dir: Path | str, *, tasks_box: list, enc_box: list) -> dict[str, Any]:
     """MoEE (sum) at one alpha: every task's score under every model."""
     alpha = config["spec"]["alpha"]
     tasks: list[D.Task] = ray.get(tasks_box[0])
@@ -176,23 +182,24 @@ def alpha_trial(config: dict[str, Any], trial_dir: Path, *, tasks_box: list, enc
     return {"scores": {"mean": mean}, "per_task": per_task}
 
 
-def save_standardisers(encodings: dict[str, list], trained_here: dict[str, str], folder: Path, prompt: str) -> None:
+def save_standardisers(encodings: dict[str, list], trained_here: dict[str, str], folder: str, prompt: str) -> None:
     """Each model's HS and RW statistics over every encoded text and the prompt they were encoded
     with, for ``iclr-ray serve embed`` to embed single requests as the study embeds a corpus: beside a
     model trained here (where the embedding app finds them), and in the run's artefacts for every
-    model."""
+    model. ``folder`` and the models' folders are locations (paths or URIs); each file is written whole."""
+    import io
+
     from .moee import STANDARDISE_FILE, Standardiser
 
-    folder.mkdir(parents=True, exist_ok=True)
     for m, encs in encodings.items():
         stats = Standardiser.fit(np.vstack([e["hs"] for e in encs]), np.vstack([e["rw"] for e in encs])).arrays()
-        targets = [folder / f"{m.replace('/', '_')}_{STANDARDISE_FILE}"]
+        targets = [storage.join(folder, f"{m.replace('/', '_')}_{STANDARDISE_FILE}")]
         if m in trained_here:
-            targets.append(Path(trained_here[m]) / STANDARDISE_FILE)
+            targets.append(storage.join(trained_here[m], STANDARDISE_FILE))
+        buf = io.BytesIO()
+        np.savez(buf, prompt=np.array(prompt), **stats)
         for target in targets:
-            tmp = target.with_name(target.name + ".tmp.npz")
-            np.savez(tmp, prompt=np.array(prompt), **stats)
-            tmp.replace(target)
+            storage.write_bytes(target, buf.getvalue())
 
 
 # ----------------------------------------------------------------------------- the run
@@ -205,7 +212,7 @@ def _task_record(task: D.Task) -> dict[str, Any]:
 
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     inputs: Inputs = ctx.inputs
-    root = ctx.run_dir.path
+    root = ctx.run_dir.storage()
     tasks = inputs.tasks
     ctx.say("%d tasks (%s): %s", len(tasks), inputs.source,
             ", ".join(f"{t.name} [{t.kind}, {len(t.texts)} texts, {t.units()} units]" for t in tasks))
@@ -227,7 +234,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
             files = read_files(d)
         seeds = list(range(cfg.seed, cfg.seed + cfg.pretrain.seeds))
         specs = [{"label": f"seed{s}", "seed": s} for s in seeds]
-        trials = run_grid(pretrain_trial, specs, storage=root / "tune", name="pretrain",
+        trials = run_grid(pretrain_trial, specs, storage=storage.join(root, "tune"), name="pretrain",
                           max_concurrent_trials=cfg.max_concurrent_trials, cfg=cfg, rows_box=[ray.put(rows)],
                           tokenizer_files=files)
         sources = {t.spec["label"]: t.final["model"] for t in trials}
@@ -247,8 +254,8 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     ctx.say("encoding: %d models x %d tasks%s ...", len(sources), len(tasks), " + the reference" if ref_refs else "")
     ctx.wait_all(flat, "encodings")
     encodings = {m: ray.get(refs) for m, refs in enc_refs.items()}  # fetched once: statistics, dims, sweep
-    save_standardisers(encodings, {m: src for m, src in sources.items() if not cfg.models}, root / "artefacts",
-                       e.prompt)
+    save_standardisers(encodings, {m: src for m, src in sources.items() if not cfg.models},
+                       storage.join(root, "artefacts"), e.prompt)
 
     # 3. scoring: one task per model x task
     task_refs = [ray.put(t) for t in tasks]
@@ -266,7 +273,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     ctx.say("alpha sweep: %s ...", cfg.eval.alphas)
     enc_all = ray.put(encodings)
     trials = run_grid(alpha_trial, [{"label": f"alpha={a:g}", "alpha": a} for a in cfg.eval.alphas],
-                      storage=root / "tune", name="alpha", max_concurrent_trials=cfg.max_concurrent_trials,
+                      storage=storage.join(root, "tune"), name="alpha", max_concurrent_trials=cfg.max_concurrent_trials,
                       tasks_box=[ray.put(tasks)], enc_box=[enc_all])
     sweep = {"alphas": list(cfg.eval.alphas),
              "per_task": {t.name: [tr.final["per_task"][t.name] for tr in trials] for t in tasks}}

@@ -365,7 +365,7 @@ def train_config(cfg: Config, seed: int) -> TrainConfig:
 
 
 @resumable
-def seed_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, records_ref, split: dict[str, np.ndarray],
+def seed_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Config, records_ref, split: dict[str, np.ndarray],
                vocab: list[str], recipe_cfg: dict[str, Any], train_values: list[float]) -> dict[str, Any]:
     """One seed: every variant through the shared loop; the validation curves and the test MAEs."""
     from ...llm.train import fit_recipe, read_steps
@@ -436,7 +436,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     specs = [{"label": f"seed{s}", "seed": cfg.seed + s} for s in range(cfg.train.seeds)]
     ctx.say("training %d variants x %d seeds (%d + %d steps of %d examples) ...", len(cfg.train.variants),
             cfg.train.seeds, cfg.train.pretrain_steps, cfg.train.steps, cfg.train.batch)
-    trials = run_grid(seed_trial, specs, storage=ctx.run_dir.path / "tune", name="seeds",
+    trials = run_grid(seed_trial, specs, storage=ctx.run_dir.storage("tune"), name="seeds",
                       max_concurrent_trials=cfg.train.max_concurrent_trials, cfg=cfg, records_ref=records_ref,
                       split=split, vocab=vocab, recipe_cfg=recipe_cfg, train_values=train_values)
     failed = [t.spec["label"] for t in trials if t.final is None]

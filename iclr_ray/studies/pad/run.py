@@ -7,7 +7,6 @@ Best-of-N's ranking, and base, PAD and gated PAD timed in the same process), one
 PRM's weight sweep; and one per evaluation reward model where a preference has no rule."""
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from ... import storage
 from ...config import ConfigError
 from ...llm.model import load_for_inference as load
 from ...resources import task_options, worker_resources
@@ -65,9 +65,9 @@ def prepare(cfg: Config) -> dict[str, Any]:
     return inputs
 
 
-def base_source(cfg: Config, root: Path, texts: list[str]) -> str:
+def base_source(cfg: Config, root: str, texts: list[str]) -> str:
     """Where every task loads the base model from (a named tiny model is built once into the run
-    directory)."""
+    directory; ``root`` and the location returned are paths or URIs)."""
     from ...llm.model import materialise
 
     return materialise(cfg.models.base, root, texts, cfg.seed)
@@ -210,9 +210,10 @@ def train_config(cfg: Config, model: str, seed: int, n_pairs: int):
 
 
 @resumable
-def prm_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, box: list) -> dict[str, Any]:
+def prm_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Config, box: list) -> dict[str, Any]:
     """One PRM: DPO from ``prm_init`` on the pairs (``shuffled``: the label-shuffled control),
-    through the shared Ray Train loop. ``box`` holds the object refs of the pairs, the reference
+    through the shared Ray Train loop; ``model`` is the location (a path or a URI) of its final
+    Hugging Face folder. ``box`` holds the object refs of the pairs, the reference
     log-probabilities, the swap mask and the tokenizer files (stored once for every trial)."""
     from ...llm.train import checkpoints, fit_recipe, read_steps
     from .prm import DPORecipe, swap_labels
@@ -227,11 +228,11 @@ def prm_trial(config: dict[str, Any], trial_dir: Path, *, cfg: Config, box: list
                        trainable_layers=cfg.prm.trainable_layers)
     tcfg = train_config(cfg, source, spec["seed"], len(pairs))
     result = fit_recipe(tcfg, recipe, trial_dir, "train")
-    last = Path(checkpoints(result)[-1][1])
+    last = checkpoints(result)[-1][1]
     # the finished PRM is read as a Hugging Face model only; DeepSpeed's optimizer state (4x the
     # model) was there to resume training, which the trial's final record now replaces
-    shutil.rmtree(last / "deepspeed", ignore_errors=True)
-    model = str(last / "model")
+    storage.delete(storage.join(last, "deepspeed"))
+    model = storage.join(last, "model")
     curve = [{"step": s["step"], "loss": s["loss"]} for s in read_steps(trial_dir, "train")]
     return {"scores": {"loss": result.metrics["loss"]}, "model": model, "curve": curve, "steps": tcfg.max_steps,
             "seconds": time.perf_counter() - t0}
@@ -294,7 +295,7 @@ def train_prms(cfg: Config, ctx: RunContext, source: str) -> tuple[dict[str, Any
     ctx.say("PRM training: %d runs of %d steps from %s ...", len(specs),
             train_config(cfg, prm_init, 0, len(pairs)).max_steps, prm_init)
     box = [ray.put(pairs), ray.put(ref), ray.put(swaps), files, prm_init]
-    trials = run_grid(prm_trial, specs, storage=ctx.run_dir.path / "tune", name="prm",
+    trials = run_grid(prm_trial, specs, storage=ctx.run_dir.storage("tune"), name="prm",
                       max_concurrent_trials=cfg.max_concurrent_trials, cfg=cfg, box=box)
     training = [{**{k: t.spec[k] for k in ("label", "seed", "kind")}, "curve": t.final["curve"],
                  "steps": t.final["steps"], "seconds": t.final["seconds"], "model": t.final["model"]} for t in trials]
@@ -338,6 +339,8 @@ def reward_model_task(source: str, queries: list[str], replies: list[list[str]])
     from .evaluate import reward_model_scores
 
     torch.set_num_threads(1)
+    if storage.is_remote(source):  # a reward model in object storage: copied once to this node
+        source = str(storage.local_copy(source))
     tok = AutoTokenizer.from_pretrained(source)
     model = AutoModelForSequenceClassification.from_pretrained(source).eval()
     if model.config.pad_token_id is None:
@@ -346,7 +349,7 @@ def reward_model_task(source: str, queries: list[str], replies: list[list[str]])
 
 
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
-    root = ctx.run_dir.path
+    root = ctx.run_dir.storage()
     queries = ctx.inputs["eval_queries"]
     texts = list(ctx.inputs.get("train_queries", [])) + queries + [p.text for p in pdata.SINGLES.values()]
     source = base_source(cfg, root, texts)
