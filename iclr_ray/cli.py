@@ -144,7 +144,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     study = studies.get(args.study)
     cfg = resolve(study.config, study.presets, args.preset, args.config, args.sets)
     run_dir = RunDir(args.out or default_run_dir(study.id, args.preset))
-    check_storage(study, run_dir)
     config_yaml = to_yaml(cfg)
     earlier = run_dir.read_text("config.yaml")
     if earlier is not None and run_dir.read_text("result.json") is None and earlier != config_yaml:
@@ -170,15 +169,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_storage(study: studies.Study, run_dir: RunDir) -> None:
-    """A URI run directory only for a study whose trials and tasks write through the run's storage
-    (the others still hand local paths between nodes: they need a path every node mounts)."""
-    if run_dir.remote and not study.entry.uri_storage:
-        able = [e.id for e in studies.REGISTRY.values() if e.uri_storage]
-        raise ConfigError(f"{study.id} cannot write its run to {run_dir} yet: its trials and tasks exchange files by "
-                          f"local path; use a path every node mounts (NFS), or one of {', '.join(able)}")
-
-
 def cmd_sweep(args: argparse.Namespace) -> int:
     study = studies.get(args.study)
     if study.sweep is None:
@@ -188,7 +178,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     if args.resume:
         run_dir = RunDir(args.resume)
-        check_storage(study, run_dir)
         if run_dir.read_text("config.yaml") is None:
             raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a sweep directory)")
         if run_dir.read_text("result.json") is not None:
@@ -197,7 +186,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         cfg = resolve(study.config, study.presets, args.preset, str(run_dir.path / "config.yaml"), [])
     else:
         run_dir = RunDir(args.out or default_run_dir(study.id, f"sweep-{args.preset}"))
-        check_storage(study, run_dir)
         cfg = resolve(study.config, study.presets, args.preset, args.config, args.sets)
     space = load_space(args.space, study.config, base=cfg.model_dump(mode="json"))
     outside = [k for k in space.params if not k.startswith(study.sweepable)]

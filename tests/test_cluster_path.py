@@ -127,10 +127,16 @@ def test_train_and_tune_study_keeps_checkpoints_in_s3(multinode, s3_server):
     assert len(finished) == 2 and all(t["curve"] for t in finished)
 
 
-def test_a_study_that_exchanges_local_paths_refuses_a_uri(multinode, s3_server):
-    res = multinode.cli("run", "afa", "--preset", "smoke", "--out", "s3://nowhere/runs/afa", timeout=120)
-    assert res.returncode == 2
-    assert len(res.stderr.strip().splitlines()) == 1 and "every node mounts" in res.stderr
+def test_a_model_folder_reaches_tasks_on_other_nodes_through_the_bucket(multinode, s3_server):
+    """igcg builds its tiny model once into the run's storage and every optimisation task (on the
+    worker nodes: the head offers no CPU) loads it from there: nothing is handed over by local path."""
+    uri = s3_server.bucket("model") + "/runs/igcg"
+    res = multinode.cli("run", "igcg", "--preset", "smoke", "--out", uri)
+    assert res.returncode == 0, res.stderr[-3000:]
+    keys = _check_run(s3_server, uri)
+    assert "base_model/config.json" in keys and any(k.startswith("base_model/model") for k in keys), keys
+    result = json.loads(s3_server.client().get_object(Bucket="model", Key="runs/igcg/result.json")["Body"].read())
+    assert result["claims"] or result["checks"]
 
 
 def test_train_run_survives_losing_a_worker_node(multinode, s3_server):

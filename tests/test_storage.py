@@ -109,9 +109,9 @@ def test_run_dir_on_either_storage(root):
 
 
 
-def test_studies_that_take_a_uri_hand_no_local_path_between_processes():
-    """A study that may run with ``--out s3://`` reaches its run directory and its checkpoints only
-    as locations (``ctx.run_dir.storage``, ``checkpoint_location``): ``run_dir.path`` is the
+def test_no_study_hands_a_local_path_between_processes():
+    """Every study may run with ``--out s3://``, so it reaches its run directory and its checkpoints
+    only as locations (``ctx.run_dir.storage``, ``checkpoint_location``): ``run_dir.path`` is the
     driver's staging folder and ``checkpoint.path`` a path inside the storage's filesystem, both
     meaningless to a process on another node."""
     import re
@@ -121,8 +121,7 @@ def test_studies_that_take_a_uri_hand_no_local_path_between_processes():
 
     root = Path(studies.__file__).parent
     banned = re.compile(r"run_dir\.path|checkpoint\.path\b")
-    offenders = [f"{src.relative_to(root)}:{n}" for e in studies.REGISTRY.values() if e.uri_storage
+    offenders = [f"{src.relative_to(root)}:{n}" for e in studies.REGISTRY.values()
                  for src in sorted((root / e.id).glob("*.py"))
                  for n, line in enumerate(src.read_text().splitlines(), 1) if banned.search(line)]
     assert not offenders, offenders
-    assert any(e.uri_storage for e in studies.REGISTRY.values())

@@ -36,11 +36,6 @@ class Entry:
     """the pyproject extra its imports need beyond the core dependencies"""
     needs: tuple[str, ...] = ()
     """top-level modules of that extra the study imports (checked without importing them)"""
-    uri_storage: bool = False
-    """everything its trials and tasks write that another process reads goes through the run's
-    storage (``RunDir.storage``) or the object store, so its run directory may be a URI
-    (``--out s3://...``); the others hand local paths between processes and need a path that every
-    node mounts"""
 
     def missing(self) -> list[str]:
         """The modules of :attr:`needs` that are not installed."""
@@ -104,7 +99,7 @@ REGISTRY: dict[str, Entry] = {e.id: e for e in (
           extra="vision", needs=("torch", "diffusers", "deepspeed")),
     Entry("coord_sketch", "Matrix product sketching by coordinated sampling",
           "Daliri, Freire, Li, Musco. Matrix Product Sketching via Coordinated Sampling. ICLR 2025",
-          ("tasks: one per party sketch, one per estimate",), uri_storage=True),
+          ("tasks: one per party sketch, one per estimate",)),
     Entry("igcg", "I-GCG's multi-coordinate suffix update against GCG, on benign target strings",
           "Jia, Pang, Du, Huang, Gu, Liu, Cao, Lin. Improved Techniques for Optimization-Based Jailbreaking on "
           "Large Language Models. ICLR 2025",
@@ -130,7 +125,7 @@ REGISTRY: dict[str, Entry] = {e.id: e for e in (
           "Juneja, Joe-Wong, Yağan. Pairwise Elimination with Instance-Dependent Guarantees for Bandits with Cost "
           "Subsidy. ICLR 2025",
           ("tasks: one per chunk of runs of a (policy, instance, alpha, ell, T) cell",
-           "rllib: engine=rllib (env runners, all runs of a cell in one vectorised env step)"), uri_storage=True),
+           "rllib: engine=rllib (env runners, all runs of a cell in one vectorised env step)")),
     Entry("molt5_3d", "3D-MolT5: E3FP 3D substructure tokens fused with SELFIES in a T5, text regression on QM9",
           "Pei, Yan, Gao, Zhu, Wu. 3D-MolT5: Leveraging Discrete Structural Information for Molecule-Text "
           "Modeling. ICLR 2025",
@@ -143,7 +138,7 @@ REGISTRY: dict[str, Entry] = {e.id: e for e in (
           "Language Models. ICLR 2025",
           ("tasks: one per (model, task) for the clean runs, one per (model, task, layer band) for the patching, "
            "one per model for oversight",),
-          extra="llm", needs=("torch", "transformers"), uri_storage=True),
+          extra="llm", needs=("torch", "transformers")),
     Entry("pad", "PAD: personalised alignment at decoding time, with a personalised reward model trained by DPO",
           "Chen, Zhang, Luo, Chai, Liu. PAD: Personalized Alignment of LLMs at Decoding-time. ICLR 2025",
           ("tasks: the base model's samples, the reference log-probabilities, base and prompted decoding, and one "
@@ -161,14 +156,14 @@ REGISTRY: dict[str, Entry] = {e.id: e for e in (
           "Pareja et al. Unveiling the Secret Recipe: A Guide for Supervised Fine-Tuning Small LLMs. ICLR 2025",
           ("Ray Train + DeepSpeed: pre-training and every SFT trial",
            "Ray Tune: the experiments as one sweep, an early-termination scheduler"),
-          extra="llm", needs=("torch", "transformers", "deepspeed"), uri_storage=True),
+          extra="llm", needs=("torch", "transformers", "deepspeed")),
     Entry("sparse_embed", "Dimensionality reduction for sparse vectors beyond the worst case",
           "Silwal, Woodruff, Zhang. Beyond Worst-Case Dimensionality Reduction for Sparse Vectors. ICLR 2025",
-          ("tasks: one per embedding, all-pairs distance checks split into tasks of pairs_per_task pairs",), uri_storage=True),
+          ("tasks: one per embedding, all-pairs distance checks split into tasks of pairs_per_task pairs",)),
     Entry("sphere_flow", "Meta-stable clustering of self-attention tokens on the sphere",
           "Bruno, Pasqualotto, Agazzi. Emergence of meta-stable clustering in mean-field transformer models. "
           "ICLR 2025",
-          ("tasks: one per (beta, d, seed, form, n) particle simulation and one per PDE noise seed",), uri_storage=True),
+          ("tasks: one per (beta, d, seed, form, n) particle simulation and one per PDE noise seed",)),
 )}
 
 
