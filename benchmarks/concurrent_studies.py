@@ -29,7 +29,14 @@ BIN = Path(sys.executable).parent
 
 def start_head(num_cpus: int, tmp: Path) -> tuple[subprocess.Popen, str, dict]:
     gcs, dash = free_port(), free_port()
-    env = dict(os.environ, RAY_API_SERVER_ADDRESS=f"http://127.0.0.1:{dash}")
+    # as the tests' cluster (tests/conftest.py): token authentication with a token every process
+    # of this benchmark shares, Ray kept on loopback, one torch thread per process
+    env = dict(os.environ, RAY_API_SERVER_ADDRESS=f"http://127.0.0.1:{dash}", RAY_AUTH_MODE="token",
+               RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0", OMP_NUM_THREADS="1")
+    if not (env.get("RAY_AUTH_TOKEN") or env.get("RAY_AUTH_TOKEN_PATH") or (Path.home() / ".ray" / "auth_token").is_file()):
+        import secrets
+
+        env["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.Popen(
         [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs}",
@@ -56,9 +63,11 @@ def start_head(num_cpus: int, tmp: Path) -> tuple[subprocess.Popen, str, dict]:
 
 
 def launch(study: str, address: str, env: dict, out: Path) -> subprocess.Popen:
-    return subprocess.Popen([str(BIN / "iclr-ray"), "run", study, "--preset", "smoke", "--out", str(out),
+    proc = subprocess.Popen([str(BIN / "iclr-ray"), "run", study, "--preset", "smoke", "--out", str(out),
                              "--address", address], env=env, stdout=subprocess.DEVNULL,
                             stderr=open(f"{out}.log", "w"), start_new_session=True)
+    proc.log = Path(f"{out}.log")  # type: ignore[attr-defined]
+    return proc
 
 
 def wait(procs: dict[str, subprocess.Popen], start: float, timeout: float) -> dict[str, float]:
@@ -72,7 +81,7 @@ def wait(procs: dict[str, subprocess.Popen], start: float, timeout: float) -> di
         for study, p in procs.items():
             if study not in took and p.poll() is not None:
                 if p.returncode:
-                    raise SystemExit(f"{study} exited {p.returncode}")
+                    raise SystemExit(f"{study} exited {p.returncode}:\n{p.log.read_text()[-3000:]}")
                 took[study] = time.monotonic() - start
         time.sleep(0.5)
     return took
