@@ -17,6 +17,7 @@ from torch import nn
 
 NULL = 0
 """the token id of the empty caption: an all-NULL context is the unconditional branch of CFG"""
+TOKENS_FILE = "tokens.safetensors"  # a denoiser's caption-token embedding, beside unet/ (llm.weights)
 
 
 def tiny_unet(side: int, channels: Sequence[int] = (16, 32, 32), attention_levels: int = 1, context_dim: int = 32,
@@ -100,7 +101,8 @@ class Denoiser(nn.Module):
 
 def save_denoiser(denoiser: Denoiser, location) -> None:
     """The U-Net (and the ControlNet, if any) in diffusers' format under ``location`` (``unet/``,
-    ``controlnet/``), the caption-token embedding (if any) beside them as ``tokens.pt``.
+    ``controlnet/``), the caption-token embedding (if any) beside them as ``tokens.safetensors``
+    (:mod:`iclr_ray.llm.weights`).
     ``location``: a local folder (written in place, as a train loop's checkpoint folder) or a URI
     in the run's storage (written to a local temporary folder, then uploaded file by file)."""
     import tempfile
@@ -123,13 +125,15 @@ def _save_denoiser(denoiser: Denoiser, folder) -> None:
     if denoiser.controlnet is not None:
         denoiser.controlnet.save_pretrained(folder / "controlnet")
     if denoiser.tokens is not None:
-        torch.save(denoiser.tokens.state_dict(), folder / "tokens.pt")
+        from ..llm.weights import save_weights
+
+        save_weights(denoiser.tokens.state_dict(), str(folder / TOKENS_FILE))
 
 
 def load_denoiser(location, vocab: int = 0, controlnet: str | None = None) -> Denoiser:
     """A :class:`Denoiser` saved by :func:`save_denoiser`, in eval mode: its ControlNet from
     ``controlnet`` (a folder, a URI or an HF id) when given, else the one saved beside the U-Net if
-    any; its ``vocab`` token embedding from ``tokens.pt``. ``location``: a local folder, or a URI
+    any; its ``vocab`` token embedding from ``tokens.safetensors``. ``location``: a local folder, or a URI
     (a checkpoint in the run's storage), copied once to this node (``storage.local_copy``)."""
     from .. import storage
 
@@ -139,7 +143,9 @@ def load_denoiser(location, vocab: int = 0, controlnet: str | None = None) -> De
         controlnet = str(folder / "controlnet")
     den = Denoiser(unet, load_controlnet(controlnet) if controlnet else None, vocab=vocab)
     if vocab:
-        den.tokens.load_state_dict(torch.load(folder / "tokens.pt", map_location="cpu", weights_only=True))
+        from ..llm.weights import load_weights
+
+        den.tokens.load_state_dict(load_weights(str(folder / TOKENS_FILE)))
     return den.eval()
 
 

@@ -299,8 +299,11 @@ def reference_losses(recipe: Recipe, cfg: TrainConfig, steps: int | None = None)
 
 
 def save_hf(engine, tokenizer, path: Path, rank: int, zero_stage: int) -> None:
-    """The model in Hugging Face format from rank 0 (ZeRO-3 gathers the shards from every rank)."""
-    state = engine._zero3_consolidated_16bit_state_dict() if zero_stage == 3 else None
+    """The model in Hugging Face format (safetensors) from rank 0; every rank calls it (ZeRO-3
+    gathers the 16-bit weights from every rank's partition: :func:`llm.weights.gathered_state`)."""
+    from .weights import gathered_state
+
+    state = gathered_state(engine, zero_stage) if zero_stage == 3 else None
     if rank == 0:
         engine.module.save_pretrained(path, state_dict=state)
         tokenizer.save_pretrained(path)

@@ -1,7 +1,7 @@
 """Saved base policies and demonstrations: the file formats of the residual-RL studies.
 
-A base policy directory holds ``policy.pt`` (the state dict) and ``policy.json`` (kind and
-hyperparameters), each written atomically; it is a location (:mod:`iclr_ray.storage`: a local
+A base policy directory holds ``policy.safetensors`` (the state dict) and ``policy.json`` (kind
+and hyperparameters), each written whole (:mod:`iclr_ray.llm.weights`); it is a location (:mod:`iclr_ray.storage`: a local
 path, or a URI such as ``s3://...`` in a run's storage, which every node of a cluster reads).
 Demonstrations are an ``.npz`` of concatenated episodes (obs, actions, episode start offsets,
 seeds, success), saved at a location too; :func:`load_demos` reads local files: our ``.npz``,
@@ -20,33 +20,28 @@ import numpy as np
 from .. import storage
 from ..config import DataError
 
-POLICY_FILE, POLICY_META = "policy.pt", "policy.json"
+POLICY_FILE, POLICY_META = "policy.safetensors", "policy.json"  # the weights and, beside them, kind and hparams
 
 
 def save_policy(policy, directory: str | Path) -> str:
     """``policy`` saved in the folder ``directory`` (a path or a URI); returns its location."""
-    import torch
+    from ..llm.weights import save_weights
 
     d = storage.normalise(directory)
-    buf = io.BytesIO()
-    torch.save(policy.state_dict(), buf)
-    storage.write_bytes(storage.join(d, POLICY_FILE), buf.getvalue())
-    storage.write_text(storage.join(d, POLICY_META), json.dumps({"kind": policy.kind, "hparams": policy.hparams()}))
+    save_weights(policy.state_dict(), storage.join(d, POLICY_FILE), {"kind": policy.kind, "hparams": policy.hparams()})
     return d
 
 
 def load_policy(directory: str | Path):
     """The frozen policy saved in ``directory`` (a path or a URI; eval mode, one torch thread is
     the caller's job)."""
-    import torch
-
+    from ..llm.weights import load_weights
     from .base_policies import build
 
     d = storage.normalise(directory)
     try:
         meta = json.loads(storage.read_text(storage.join(d, POLICY_META)))
-        state = torch.load(io.BytesIO(storage.read_bytes(storage.join(d, POLICY_FILE))), map_location="cpu",
-                           weights_only=True)
+        state = load_weights(storage.join(d, POLICY_FILE))
     except (OSError, json.JSONDecodeError) as exc:
         raise DataError(f"no saved base policy in {d} ({exc})") from None
     policy = build(meta["kind"], **meta["hparams"])

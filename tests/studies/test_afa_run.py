@@ -78,6 +78,7 @@ def test_aggregator_training_moves_only_the_aggregators_and_saves_them(assets):
     import torch
 
     from iclr_ray.llm.recipe import reference_losses
+    from iclr_ray.llm.weights import save_weights
     from iclr_ray.studies.afa.run import AFARecipe, aggregator_state, load_afa, train_config
 
     cfg, c, paths, experts, d = assets
@@ -91,24 +92,23 @@ def test_aggregator_training_moves_only_the_aggregators_and_saves_them(assets):
     after = model.state_dict()
     moved = {k.split(".")[0] for k in before if not torch.equal(before[k], after[k])}
     assert "aggregators" in moved and "experts" not in moved
-    torch.save(aggregator_state(model), d / "afa.pt")
-    back = load_afa(c, experts, str(d / "afa.pt"))
+    save_weights(aggregator_state(model), str(d / "afa.safetensors"))
+    back = load_afa(c, experts, str(d / "afa.safetensors"))
     assert all(torch.equal(v, back.state_dict()[k]) for k, v in after.items())
     with pytest.raises(ValueError, match="does not fit"):
-        load_afa(c, experts + experts[:1], str(d / "afa.pt"))
+        load_afa(c, experts + experts[:1], str(d / "afa.safetensors"))
 
 
 def test_evaluate_scores_a_model_and_afa_maps(assets):
-    import torch
-
+    from iclr_ray.llm.weights import save_weights
     from iclr_ray.studies.afa.run import build_afa, evaluate, load_expert, train_classifier_task
 
     cfg, c, paths, experts, d = assets
-    clf = train_classifier_task(c, paths, str(d / "clf.pt"), 0)
+    clf = train_classifier_task(c, paths, str(d / "clf.safetensors"), 0)
     assert 0 <= clf["accuracy_real"] <= 1 and len(clf["grid_real"]) == 10
-    torch.save({k: v for k, v in build_afa(c, [load_expert(p) for p in experts], 0).state_dict().items()
-                if not k.startswith("experts.")}, d / "afa0.pt")
-    out = evaluate(c, {"kind": "afa", "experts": experts, "afa": str(d / "afa0.pt")}, 0, paths, clf["path"],
+    save_weights({k: v for k, v in build_afa(c, [load_expert(p) for p in experts], 0).state_dict().items()
+                  if not k.startswith("experts.")}, str(d / "afa0.safetensors"))
+    out = evaluate(c, {"kind": "afa", "experts": experts, "afa": str(d / "afa0.safetensors")}, 0, paths, clf["path"],
                    True, True)
     assert np.isfinite(out["mse"]) and len(out["mse_by_class"]) == 10 and 0 <= out["accuracy"] <= 1
     w = np.asarray(out["weights_by_class"])

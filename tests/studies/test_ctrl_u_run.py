@@ -37,7 +37,7 @@ def assets(tmp_path_factory):
     for s in R.SPLITS:
         D.save(R.generate_shard(getattr(cfg.data, s), 0, s, c["data"]), d / f"{s}.npz")
     paths = {s: str(d / f"{s}.npz") for s in R.SPLITS}
-    seg = {w: R.train_segmenter_task(c, w, paths, str(d / f"{w}.pt"), i)
+    seg = {w: R.train_segmenter_task(c, w, paths, str(d / f"{w}.safetensors"), i)
            for i, w in enumerate(("reward", "oracle"))}
     R.save_denoiser(R.build_denoiser(c, 0), d / "base")
     return cfg, c, paths, {w: v["path"] for w, v in seg.items()}, str(d / "base"), seg
@@ -118,4 +118,4 @@ def test_smoke_study_post_trains_every_arm_and_judges_every_claim(smoke_run):
     assert {c["id"] for c in result["checks"]} == {"oracle_stronger_than_reward", "reward_tuning_raises_reward"}
     assert {p.stem for p in (smoke_run / "plots").glob("*.png")} == {"sample_grid", "miou_over_training", "scores"}
     assert sorted(p.name for p in (smoke_run / "data").glob("*.npz")) == ["test.npz", "train.npz"]
-    assert sorted(p.name for p in (smoke_run / "segmenters").glob("*.pt")) == ["oracle.pt", "reward.pt"]
+    assert sorted(p.name for p in (smoke_run / "segmenters").glob("*.safetensors")) == ["oracle.safetensors", "reward.safetensors"]

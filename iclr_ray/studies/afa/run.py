@@ -9,7 +9,6 @@ guidance, the same noise for every model): the classifier's class-conditional ac
 Fréchet distance in its features; and AFA's aggregation maps."""
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import numpy as np
 from ... import storage
 from ...config import ConfigError
 from ...llm.recipe import Recipe, TrainConfig
+from ...llm.weights import load_weights, save_weights
 from ...resources import task_options, worker_resources
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
@@ -25,6 +25,7 @@ from . import data as D
 from .config import Config
 
 MAIN, CONTROL = "main", "control"
+AFA_FILE = "afa.safetensors"  # the aggregators in a checkpoint (llm.weights)
 """the expert sets: the class-specific experts, and the near-identical pair"""
 
 
@@ -100,10 +101,8 @@ def aggregator_state(model) -> dict[str, Any]:
 
 def load_afa(c: dict[str, Any], experts: list[str], path: str):
     """An AFA ensemble: the experts at their locations, the aggregators from ``path`` (a path or a URI)."""
-    import torch
-
     model = build_afa(c, [load_expert(p) for p in experts], 0)
-    saved = torch.load(io.BytesIO(storage.read_bytes(path)), map_location="cpu", weights_only=True)
+    saved = load_weights(path)
     own = aggregator_state(model)
     wrong = sorted(set(own) ^ set(saved)) + [k for k in own if k in saved and own[k].shape != saved[k].shape]
     if wrong:
@@ -194,11 +193,10 @@ class AFARecipe(Recipe):
         return len(batch["x0"])
 
     def save(self, engine, path: Path, rank: int, zero_stage: int) -> None:
-        import torch
+        from ...llm.weights import save_engine_weights
 
-        if rank == 0:
-            path.mkdir(parents=True, exist_ok=True)
-            torch.save(aggregator_state(engine.module), path / "afa.pt")
+        path.mkdir(parents=True, exist_ok=True)
+        save_engine_weights(engine, str(path / AFA_FILE), rank, zero_stage, keep=lambda k: not k.startswith("experts."))
 
 
 def train_config(section, name: str, steps: int, batch: int, lr: float, warmup: int, seed: int) -> TrainConfig:
@@ -242,7 +240,7 @@ def afa_trial(config: dict[str, Any], trial_dir: Path | str, *, c: dict[str, Any
     result = fit_recipe(tc, AFARecipe(c, paths["train"], spec["experts"]), trial_dir, "afa")
     loss = loss_curve(trial_dir, "afa")
     return {"scores": {"loss": loss[-1][1] if loss else float("nan")},
-            "path": storage.join(checkpoint_location(result.checkpoint), "afa.pt"), "loss": loss}
+            "path": storage.join(checkpoint_location(result.checkpoint), AFA_FILE), "loss": loss}
 
 
 # ------------------------------------------------------------------------------- Ray task bodies
@@ -264,9 +262,7 @@ def train_classifier_task(c: dict[str, Any], paths: dict[str, str], out: str, se
     model = DigitClassifier(c["data"]["side"], e["classifier_width"])
     losses = train_classifier(model, train.images, train.labels, steps=e["classifier_steps"], batch=64, lr=3e-3,
                               noise=e["classifier_noise"], seed=seed)
-    buf = io.BytesIO()
-    torch.save(model.state_dict(), buf)
-    storage.write_bytes(out, buf.getvalue())
+    save_weights(model.state_dict(), out)
     x = D.to_model(test.images) / 2 + 0.5
     f = model.features(x).detach().numpy()
     half = len(f) // 2
@@ -276,12 +272,10 @@ def train_classifier_task(c: dict[str, Any], paths: dict[str, str], out: str, se
 
 
 def load_classifier(c: dict[str, Any], path: str):
-    import torch
-
     from .classify import DigitClassifier
 
     model = DigitClassifier(c["data"]["side"], c["eval"]["classifier_width"])
-    model.load_state_dict(torch.load(io.BytesIO(storage.read_bytes(path)), map_location="cpu", weights_only=True))
+    model.load_state_dict(load_weights(path))
     return model.eval()
 
 
@@ -380,7 +374,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     e, a = cfg.experts, cfg.aggregator
     eval_opts = task_options(cfg.eval, stage="afa: evaluation")
     clf_ref = ray.remote(train_classifier_task).options(**eval_opts).remote(
-        c, paths, ctx.run_dir.storage("classifier.pt"), cfg.seed)
+        c, paths, ctx.run_dir.storage("classifier.safetensors"), cfg.seed)
 
     ctx.say("training the common base on all digits (%d steps of %d) ...", e.base_steps, e.batch)
     result = fit_recipe(train_config(e, "afa-base", e.base_steps, e.batch, e.lr, e.warmup, cfg.seed),

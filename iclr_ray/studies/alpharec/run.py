@@ -21,6 +21,8 @@ from . import data as D
 from .alpharec import BUNDLE, INFO_NCE_KINDS
 from .config import Config, Model
 
+MODELS_FILE = "models.safetensors"  # a trial's side-by-side models in its checkpoint (llm.weights)
+
 
 @dataclass
 class Inputs:
@@ -249,10 +251,9 @@ class RecRecipe(Recipe):
         return out
 
     def save(self, engine, path: Path, rank: int, zero_stage: int) -> None:
-        import torch
+        from ...llm.weights import save_engine_weights
 
-        if rank == 0:
-            torch.save(engine.module.state_dict(), path / "models.pt")
+        save_engine_weights(engine, str(path / MODELS_FILE), rank, zero_stage)
 
 
 # ----------------------------------------------------------------------------- trials
@@ -357,8 +358,9 @@ def write_bundle(location: str, checkpoint: str, index: int, split: D.Split, emb
 
     import torch
 
-    state = torch.load(io.BytesIO(storage.read_bytes(storage.join(checkpoint, "models.pt"))), map_location="cpu",
-                       weights_only=True)
+    from ...llm.weights import load_weights
+
+    state = load_weights(storage.join(checkpoint, MODELS_FILE))
     prefix = f"models.{index}.mlp."
     mlp = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
     bundle = {"mlp": mlp, "item_lm": torch.as_tensor(emb), "titles": [str(t) for t in split.titles],

@@ -7,7 +7,6 @@ models a finished run saved (each trial's ``model_dir``: its final checkpoint's 
 a URI in the run's storage) and scores them on this config's grids, one Ray task per model."""
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from ...sweep.grid import resumable, run_grid
 from . import data
 from .config import Config, Task, variants
 
-MODEL_FILE, MODEL_CONFIG = "model.pt", "model.json"
+MODEL_FILE, MODEL_CONFIG = "model.safetensors", "model.json"  # the weights and their metadata (llm.weights)
 
 
 def prepare(cfg: Config) -> dict[str, Any]:
@@ -136,15 +135,13 @@ def grid_accuracy(model, task: dict[str, Any], method: str, seed: int, batch: in
 def load_model(directory: str | Path):
     """The model saved in ``directory``: a checkpoint's local folder, or its location (a path or a
     URI) in the run's storage."""
-    import torch
-
+    from ...llm.weights import load_weights
     from .model import CoupledDecoder, ModelConfig
 
     try:
         conf = json.loads(storage.read_text(storage.join(directory, MODEL_CONFIG)))
         model = CoupledDecoder(ModelConfig(**conf["model"]))
-        state = storage.read_bytes(storage.join(directory, MODEL_FILE))
-        model.load_state_dict(torch.load(io.BytesIO(state), map_location="cpu", weights_only=True))
+        model.load_state_dict(load_weights(storage.join(directory, MODEL_FILE)))
     except (OSError, KeyError, ValueError, RuntimeError) as exc:
         raise DataError(f"cannot load an arith_coupling model from {directory}: {exc}") from None
     return model, conf
@@ -184,13 +181,11 @@ class CouplingRecipe(Recipe):
         return summed_token_loss(engine(batch["tokens"], batch["positions"], batch["pad"]), batch["labels"])[0]
 
     def save(self, engine, path: Path, rank: int, zero_stage: int) -> None:
-        import torch
+        from ...llm.weights import save_engine_weights
 
-        if rank == 0:
-            path.mkdir(parents=True, exist_ok=True)
-            torch.save(engine.module.state_dict(), path / MODEL_FILE)
-            (path / MODEL_CONFIG).write_text(json.dumps({"model": self.model_cfg, "task": self.task,
-                                                         "method": self.method}))
+        path.mkdir(parents=True, exist_ok=True)
+        save_engine_weights(engine, str(path / MODEL_FILE), rank, zero_stage,  # MODEL_CONFIG beside it
+                            meta={"model": self.model_cfg, "task": self.task, "method": self.method})
 
     def final_metrics(self, path: Path) -> dict[str, float]:
         model, _ = load_model(path)

@@ -19,26 +19,23 @@ HEADS_DIR = "heads"
 
 
 def save_heads(states: dict[str, dict[str, Any]], directory: str | Path) -> None:
-    """Each head's state as ``directory/<label>.safetensors``; ``directory`` is a location (a local
-    folder, or a URI in the run's storage), each file written whole."""
-    from safetensors.torch import save
-
+    """Each head's state as ``directory/<label>.safetensors`` (and ``<label>.json`` beside it: the
+    one weights format, :mod:`iclr_ray.llm.weights`); ``directory`` is a location (a local folder,
+    or a URI in the run's storage), each file written whole."""
     from ... import storage
+    from ...llm.weights import save_weights
 
     if not storage.is_remote(directory):
         storage.local_path(directory).mkdir(parents=True, exist_ok=True)
     for label, state in states.items():
-        data = save({k: v.detach().contiguous().clone() for k, v in state.items()}, metadata={"label": label})
-        storage.write_bytes(storage.join(directory, f"{label}.safetensors"), data)
+        save_weights(state, storage.join(directory, f"{label}.safetensors"), {"label": label})
 
 
 def load_head(location: str | Path) -> dict[str, Any]:
     """A head saved by :func:`save_heads`, from a path or a URI."""
-    from safetensors.torch import load
+    from ...llm.weights import load_weights
 
-    from ... import storage
-
-    return load(storage.read_bytes(location))
+    return load_weights(location)
 
 
 def head_files(directory: str | Path) -> dict[str, str]:

@@ -270,7 +270,7 @@ def read_split(root: str | Path, split: str = "compositional-split-natural") -> 
     attrs = sorted({a for ps in pairs.values() for a, _ in ps})
     objs = sorted({o for ps in pairs.values() for _, o in ps})
     try:
-        meta = torch.load(meta_path, weights_only=False)
+        meta = torch.load(meta_path, weights_only=True)  # a list of dicts of strings: nothing to unpickle
     except Exception as exc:  # noqa: BLE001 (any unreadable file is one line)
         raise DataError(f"{meta_path}: not a torch-saved metadata list ({type(exc).__name__})") from None
     samples = []

@@ -7,7 +7,6 @@ keeps a 2-D projection of ClusPro's attribute features with their prototypes.
 (K, momentum, contrastive weight) of ClusPro alone, ranked by the validation AUC."""
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from . import data as D
 from .config import Config
 
 VALID_SCORE = "valid_auc"
+METHODS_FILE = "methods.safetensors"  # every method's trained weights in a checkpoint (llm.weights)
 
 
 def prepare(cfg: Config):
@@ -222,11 +222,10 @@ class CZSLRecipe(Recipe):
                 for n, m in zip(module.names, module.models)}
 
     def save(self, engine, path: Path, rank: int, zero_stage: int) -> None:
-        import torch
+        from ...llm.weights import save_engine_weights
 
-        if rank == 0:  # the trained weights and the memory; a frozen pretrained backbone reloads by name
-            state = {k: v for k, v in engine.module.state_dict().items() if FROZEN not in k}
-            torch.save(state, path / "methods.pt")
+        # the trained weights and the memory; a frozen pretrained backbone reloads by name
+        save_engine_weights(engine, str(path / METHODS_FILE), rank, zero_stage, keep=lambda k: FROZEN not in k)
 
 
 def train_config(cfg: Config, seed: int) -> TrainConfig:
@@ -245,6 +244,7 @@ def world_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Config, c
     import torch
 
     from ...llm.train import checkpoint_location, fit_recipe, read_steps
+    from ...llm.weights import load_weights
 
     torch.set_num_threads(1)
     spec = config["spec"]
@@ -258,11 +258,10 @@ def world_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Config, c
     result = fit_recipe(tc, CZSLRecipe(c, world, seed), trial_dir, "train")
     data = world_data(c, world, seed)
     model = build_methods(c, data, seed)
-    saved = storage.read_bytes(storage.join(checkpoint_location(result.checkpoint), "methods.pt"))
-    state = torch.load(io.BytesIO(saved), map_location="cpu", weights_only=True)
+    state = load_weights(storage.join(checkpoint_location(result.checkpoint), METHODS_FILE))
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or any(FROZEN not in k for k in missing):
-        raise RuntimeError(f"methods.pt does not match the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        raise RuntimeError(f"{METHODS_FILE} does not match the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
     model.eval()
     batch, out = c["eval"]["batch"], {}
     for name, m in zip(model.names, model.models):

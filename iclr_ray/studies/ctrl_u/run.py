@@ -7,7 +7,6 @@ score them: the oracle's and the reward model's mIoU, and the Fréchet distance 
 images in the oracle's features."""
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import numpy as np
 from ... import storage
 from ...config import ConfigError
 from ...llm.recipe import Recipe, TrainConfig
+from ...llm.weights import load_weights, save_weights
 from ...resources import task_options, worker_resources
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
@@ -78,10 +78,8 @@ def build_segmenter(c: dict[str, Any], which: str):
 
 def load_segmenter(c: dict[str, Any], which: str, path: str):
     """A segmenter saved by :func:`train_segmenter_task` (``path``: a path or a URI)."""
-    import torch
-
     model = build_segmenter(c, which)
-    model.load_state_dict(torch.load(io.BytesIO(storage.read_bytes(path)), map_location="cpu", weights_only=True))
+    model.load_state_dict(load_weights(path))
     return model.eval()
 
 
@@ -102,9 +100,7 @@ def train_segmenter_task(c: dict[str, Any], which: str, paths: dict[str, str], o
     losses = train_segmenter(model, train.images[:n], train.masks[:n], batch=s["batch"], lr=s["lr"], seed=seed,
                              steps=s["reward_steps"] if which == "reward" else s["oracle_steps"],
                              noise=0.0 if which == "reward" else s["oracle_noise"])
-    buf = io.BytesIO()
-    torch.save(model.state_dict(), buf)
-    storage.write_bytes(out, buf.getvalue())
+    save_weights(model.state_dict(), out)
     x = D.to_model(test.images) / 2 + 0.5
     noisy = (x + 0.1 * torch.randn(x.shape, generator=torch.Generator().manual_seed(seed))).clamp(0, 1)
     return {"path": out, "final_loss": float(np.mean(losses[-10:])),
@@ -400,7 +396,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     ctx.say("training the reward segmenter (%d scenes, %d steps) and the oracle (%d scenes, %d steps) ...",
             cfg.data.reward_train, cfg.segmenters.reward_steps, cfg.data.train, cfg.segmenters.oracle_steps)
     which = ("reward", "oracle")
-    refs = [seg_task.remote(c, w, paths, ctx.run_dir.storage("segmenters", f"{w}.pt"), cfg.seed + i)
+    refs = [seg_task.remote(c, w, paths, ctx.run_dir.storage("segmenters", f"{w}.safetensors"), cfg.seed + i)
             for i, w in enumerate(which)]
     seg = dict(zip(which, ctx.wait_all(refs, "segmenters")))
     seg_paths = {w: v["path"] for w, v in seg.items()}

@@ -4,7 +4,6 @@ every checkpoint: DCI of the trained and of the untrained model (the negative co
 and the out-of-distribution videos, and the imagination (block swap) test of each trained model."""
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from . import data as D
 from .config import Config
 
 SPLITS = ("train", "test", "ood")
-MODEL_FILE = "dreamweaver.pt"
+MODEL_FILE = "dreamweaver.safetensors"
 
 
 def prepare(cfg: Config):
@@ -118,10 +117,9 @@ class DreamweaverRecipe(Recipe):
         return len(batch["video"])
 
     def save(self, engine, path: Path, rank: int, zero_stage: int) -> None:
-        import torch
+        from ...llm.weights import save_engine_weights
 
-        if rank == 0:
-            torch.save(engine.module.state_dict(), path / MODEL_FILE)
+        save_engine_weights(engine, str(path / MODEL_FILE), rank, zero_stage)
 
 
 def train_config(cfg: Config, seed: int) -> TrainConfig:
@@ -153,11 +151,11 @@ def objective_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Confi
 def load_model(c: dict[str, Any], objective: str, seed: int, path: str | None):
     """The trained model from ``path`` (a path or a URI), or (None) the untrained model of that
     seed: the same initial weights the training started from."""
-    import torch
+    from ...llm.weights import load_weights
 
     model = build_model(c, objective, seed)
     if path is not None:
-        model.load_state_dict(torch.load(io.BytesIO(storage.read_bytes(path)), map_location="cpu", weights_only=True))
+        model.load_state_dict(load_weights(path))
     return model.eval()
 
 

@@ -5,7 +5,6 @@ trial per seed; the validation MAE every ``eval_every`` steps from the loop, the
 saved model; a ridge regressor on the same identifiers as the non-text reference."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -330,23 +329,23 @@ class MolRecipe(Recipe):
         return self.scores(module, self.split["valid"], "valid")
 
     def save(self, engine, path: Path, rank: int, zero_stage: int) -> None:
-        import torch
-
+        from ...llm.weights import save_engine_weights
         from .molt5 import build_tokenizer
 
-        if rank == 0:  # every variant's weights, and the tokenizer the vocabulary makes (HF format)
-            torch.save(engine.module.state_dict(), path / "variants.pt")
-            (path / "variants.json").write_text(json.dumps({"variants": self.c["variants"], "model": self.c["model"],
-                                                            "bits": self.c["bits"], "level": self.c["level"]}))
+        # every variant's weights with what built them (variants.json beside), and the tokenizer the
+        # vocabulary makes (HF format)
+        save_engine_weights(engine, str(path / "variants.safetensors"), rank, zero_stage,
+                            meta={"variants": self.c["variants"], "model": self.c["model"], "bits": self.c["bits"],
+                                  "level": self.c["level"]})
+        if rank == 0:
             build_tokenizer(self.vocab).save_pretrained(path / "tokenizer")
 
     def final_metrics(self, path: Path) -> dict[str, float]:
-        import torch
-
         from ...llm.recipe import TrainConfig as TC
+        from ...llm.weights import load_weights
 
         model = self.build_model(TC(seed=0))
-        model.load_state_dict(torch.load(path / "variants.pt", map_location="cpu", weights_only=True))
+        model.load_state_dict(load_weights(str(path / "variants.safetensors")))
         model.eval()
         return self.scores(model, self.split["test"], "test")
 
