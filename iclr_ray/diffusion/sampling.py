@@ -60,12 +60,15 @@ def sample(eps_fn: Callable[..., torch.Tensor], shape: tuple[int, ...], context:
            null_context: torch.Tensor, *, steps: int = 20, guidance: float = 1.0,
            generator: torch.Generator | None = None, eta: float = 0.0, **kw) -> torch.Tensor:
     """DDIM sampling from N(0, I) noise drawn by ``generator`` (deterministic at eta = 0), with
-    classifier-free guidance; ``kw`` (a condition map) goes to every call of ``eps_fn``."""
+    classifier-free guidance; ``kw`` (a condition map) goes to every call of ``eps_fn``. Runs on
+    ``context``'s device (the model's); the noise is drawn on the CPU by ``generator`` and moved
+    there, so a seed gives the same images on any device."""
+    device = context.device
     sched = ddim()
     sched.set_timesteps(steps)
-    x = torch.randn(shape, generator=generator)
+    x = torch.randn(shape, generator=generator).to(device)
     for t in sched.timesteps:
-        tt = t.expand(shape[0])
+        tt = t.expand(shape[0]).to(device)
         eps = guided(eps_fn, x, tt, context, null_context, guidance, **kw)
         x = sched.step(eps, t, x, eta=eta, generator=generator).prev_sample
     return x

@@ -41,6 +41,18 @@ def test_ddim_is_deterministic_for_a_generator_and_differs_across_seeds():
     assert torch.equal(a, b) and not torch.allclose(a, c) and torch.isfinite(a).all()
 
 
+@pytest.mark.parametrize("eta", [0.0, 1.0])
+def test_ddim_samples_on_the_models_device(eta):
+    """The whole denoiser on ``meta`` (the stand-in for a GPU): the first tensor the sampler made
+    on the CPU next to it would raise; the noise is still the generator's CPU draw."""
+    net = tiny().to("meta")
+    tokens = torch.tensor([[1, 2], [3, 0]], device="meta")
+    ctx, null = net.context(tokens), net.context(torch.zeros_like(tokens))
+    x = S.sample(net, (2, 3, 8, 8), ctx, null, steps=2, guidance=2.0, eta=eta,
+                 generator=torch.Generator().manual_seed(1), cond=torch.rand(2, 4, 8, 8, device="meta"))
+    assert x.device.type == "meta" and x.shape == (2, 3, 8, 8)
+
+
 def test_guidance_at_scale_one_is_the_conditional_prediction_and_mixes_branches_otherwise():
     net = tiny()
     with torch.no_grad():  # nonzero ControlNet output convolutions, so the condition matters

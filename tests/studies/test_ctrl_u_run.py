@@ -64,6 +64,18 @@ def test_pretraining_learns_without_ray(assets):
     assert all(np.isfinite(losses)) and np.mean(losses[-10:]) < np.mean(losses[:10])
 
 
+def test_drawing_runs_on_the_denoisers_device(assets):
+    """The denoiser on ``meta`` (the stand-in for a GPU): captions, condition maps and noise must be
+    made on (or moved to) its device; a tensor left on the CPU raises."""
+    from iclr_ray.studies.ctrl_u import data as D
+    from iclr_ray.studies.ctrl_u.run import draw, load_denoiser
+
+    _, _, paths, _, base, _ = assets
+    masks = D.load(paths["test"]).masks[:2]
+    images = draw(load_denoiser(base).to("meta"), masks, steps=2, guidance=2.0, seed=0, batch=2)
+    assert images.device.type == "meta" and images.shape == (2, 3, *masks.shape[1:])
+
+
 def test_post_training_moves_only_the_controlnet_and_arms_share_batches(assets):
     import torch
 

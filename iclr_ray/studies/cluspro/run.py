@@ -100,13 +100,15 @@ def clip_backbone(source: str, d: int):
 
 def scores(model, data: D.CZSLData, which: str, batch: int, pairs: np.ndarray | None = None) -> np.ndarray:
     """The model's test-time pair scores for every sample of a split (candidates: the split's
-    closed-world pairs, or ``pairs``)."""
+    closed-world pairs, or ``pairs``), computed on the model's device, returned to the host."""
     import torch
 
+    device = next(model.parameters()).device
     idx = data.index(which)
-    cand = torch.as_tensor(data.pairs(which) if pairs is None else pairs)
-    return torch.cat([model.pair_scores(torch.as_tensor(D.batch_x(data, idx[i:i + batch])), cand)
-                      for i in range(0, len(idx), batch)]).numpy()
+    cand = torch.as_tensor(data.pairs(which) if pairs is None else pairs, device=device)
+    with torch.no_grad():
+        return torch.cat([model.pair_scores(torch.as_tensor(D.batch_x(data, idx[i:i + batch])).to(device), cand)
+                          for i in range(0, len(idx), batch)]).cpu().numpy()
 
 
 def closed_world(model, data: D.CZSLData, which: str, batch: int) -> dict[str, Any]:
@@ -132,7 +134,7 @@ def open_world(model, data: D.CZSLData, batch: int, trials: int) -> dict[str, fl
     seen[data.seen[:, 0], data.seen[:, 1]] = True
     with torch.no_grad():
         e = model.prim.detach()
-        ta, to = model.text_a(e[:n_a]).numpy(), model.text_o(e[n_a:]).numpy()
+        ta, to = model.text_a(e[:n_a]).cpu().numpy(), model.text_o(e[n_a:]).cpu().numpy()
     feas = feasibility(ta, to, seen).ravel()
     unseen_cand = ~seen.ravel()
     out = {}
@@ -161,10 +163,11 @@ def projection(model, data: D.CZSLData, n: int, seed: int) -> dict[str, Any]:
     attrs = [0, 1]
     pick = tr[np.isin(data.attr[tr], attrs)]
     pick = np.random.default_rng(seed).choice(pick, min(n, len(pick)), replace=False)
+    device = next(model.parameters()).device
     with torch.no_grad():
-        _, ha, _ = model.features(torch.as_tensor(D.batch_x(data, pick)))
-        f = torch.nn.functional.normalize(ha, dim=-1).numpy()
-    protos = model.attr_protos[attrs].numpy() if model.uses_prototypes else np.zeros((len(attrs), 0, f.shape[1]))
+        _, ha, _ = model.features(torch.as_tensor(D.batch_x(data, pick)).to(device))
+        f = torch.nn.functional.normalize(ha, dim=-1).cpu().numpy()
+    protos = model.attr_protos[attrs].cpu().numpy() if model.uses_prototypes else np.zeros((len(attrs), 0, f.shape[1]))
     mu = f.mean(0)
     _, _, vt = np.linalg.svd(f - mu, full_matrices=False)
     proj = lambda z: ((z - mu) @ vt[:2].T).tolist()  # noqa: E731

@@ -143,13 +143,15 @@ def load_denoiser(base: str, controlnet: str | None = None):
 
 def draw(denoiser, masks: np.ndarray, *, steps: int, guidance: float, seed: int, batch: int):
     """Images in [0, 1] (n, 3, S, S) for the condition masks, DDIM from noise seeded by ``seed``
-    (the same noise for every model given the same seed and masks), captions from the masks."""
+    (the same noise for every model given the same seed and masks), captions from the masks; made
+    and returned on the denoiser's device."""
     import torch
 
     from ...diffusion.model import NULL
     from ...diffusion.sampling import sample, to_unit
 
     gen = torch.Generator().manual_seed(seed)
+    device = next(denoiser.parameters()).device
     side = masks.shape[-1]
     out = []
     was = denoiser.training
@@ -157,11 +159,11 @@ def draw(denoiser, masks: np.ndarray, *, steps: int, guidance: float, seed: int,
     with torch.no_grad():
         for i in range(0, len(masks), batch):
             m = masks[i:i + batch]
-            tokens = D.captions(m)
+            tokens = D.captions(m).to(device)
             ctx = denoiser.context(tokens)
             null = denoiser.context(torch.full_like(tokens, NULL))
             x = sample(denoiser, (len(m), 3, side, side), ctx, null, steps=steps, guidance=guidance, generator=gen,
-                       cond=D.one_hot(m))
+                       cond=D.one_hot(m).to(device))
             out.append(to_unit(x))
     denoiser.train(was)
     return torch.cat(out)
@@ -269,6 +271,7 @@ class PostTrainRecipe(Recipe):
 
         p = self.c["post"]
         module = getattr(engine, "module", engine)
+        self.reward.to(batch["x0"].device)  # the frozen reward model beside the ControlNet (a no-op once there)
         lam = reward_scale(int(batch["step"][0]), p["ramp_steps"], p["grad_scale"])
         out = post_train_loss(lambda x, t, ctx, cond: engine(x, t, ctx, cond), self.reward, self.scheduler,
                               batch["x0"], module.context(batch["tokens"]), batch["cond"], batch["target"],
