@@ -134,10 +134,10 @@ def _start(args: argparse.Namespace, cfg, run_dir: RunDir, config_yaml: str | No
     return Started(study, cfg, inputs, run_dir, address)
 
 
-def _context(s: Started, preset: str, resources: dict[str, Any]):
+def _context(s: Started, preset: str):
     from .runtime import RunContext
 
-    return RunContext(run_dir=s.run_dir, preset=preset, resources=resources, inputs=s.inputs)
+    return RunContext(run_dir=s.run_dir, preset=preset, inputs=s.inputs)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -151,13 +151,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                           "config to resume it, or choose another --out")
     s = _start(args, cfg, run_dir, config_yaml)
     log.info("# %s (%s) -> %s\n# resolved config:\n%s", study.id, args.preset, run_dir, config_yaml.rstrip())
-    from .runtime import connect, hardware
+    from .runtime import cluster_size, connect, hardware
 
     start = time.monotonic()
-    with connect(s.address) as resources:
-        metrics = study.run(cfg, _context(s, args.preset, resources))
+    with connect(s.address):
+        metrics = study.run(cfg, _context(s, args.preset))
+        size = cluster_size()
     seconds = time.monotonic() - start
-    env = hardware() | {"cluster_cpus": resources.get("CPU"), "cluster_gpus": resources.get("GPU", 0)}
+    env = hardware() | size
     claims, checks = split(study.claims(metrics, cfg))
     result = {"study": study.id, "preset": args.preset, "config": cfg.model_dump(mode="json"), "metrics": metrics,
               "claims": [c.to_dict() for c in claims], "checks": [c.to_dict() for c in checks], "env": env,
@@ -194,15 +195,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                           f"a {study.id} sweep varies keys under {', '.join(study.sweepable)}")
     s = _start(args, cfg, run_dir, None if args.resume else to_yaml(cfg))
     log.info("# %s sweep over %s (%s) -> %s", study.id, args.space, args.scheduler, run_dir)
-    from .runtime import connect, hardware
+    from .runtime import cluster_size, connect, hardware
 
     start = time.monotonic()
-    with connect(s.address) as resources:
-        summary = study.sweep(cfg, space, _context(s, args.preset, resources), args.scheduler, bool(args.resume))
+    with connect(s.address):
+        summary = study.sweep(cfg, space, _context(s, args.preset), args.scheduler, bool(args.resume))
+        size = cluster_size()
     seconds = time.monotonic() - start
     result = {"study": study.id, "preset": args.preset, "kind": "sweep", "space": str(args.space),
               "scheduler": args.scheduler, "config": cfg.model_dump(mode="json"), "metrics": summary, "claims": [],
-              "env": hardware() | {"cluster_cpus": resources.get("CPU"), "cluster_gpus": resources.get("GPU", 0)},
+              "env": hardware() | size,
               "seconds": seconds}
     run_dir.write_result(result)
     run_dir.write_report(result, f"{study.title} — sweep")

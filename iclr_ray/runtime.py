@@ -12,7 +12,7 @@ import platform
 import random
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
@@ -48,8 +48,9 @@ def resolve_address(address: str | None = None) -> str | None:
 
 
 @contextlib.contextmanager
-def connect(address: str | None = None, quiet: bool = True) -> Iterator[dict[str, Any]]:
-    """Connect to Ray for the duration of a run; yields the cluster's resources.
+def connect(address: str | None = None, quiet: bool = True) -> Iterator[None]:
+    """Connect to Ray for the duration of a run (what it asks for comes from the study's config,
+    never from what the cluster holds now: see :mod:`iclr_ray.resources`).
 
     ``address`` is the one :func:`resolve_address` returned (None: embedded local Ray)."""
     import ray
@@ -80,10 +81,19 @@ def connect(address: str | None = None, quiet: bool = True) -> Iterator[dict[str
         ray.init(address=address or "local", runtime_env=None if address else {"env_vars": env},
                  log_to_driver=not quiet, configure_logging=False, **dashboard)
     try:
-        yield ray.cluster_resources()
+        yield
     finally:
         if owned:
             ray.shutdown()
+
+
+def cluster_size() -> dict[str, float]:
+    """The CPUs and GPUs of the connected cluster now: recorded in a run's report (``env``) only; no
+    resource decision reads it (an autoscaling cluster has no GPU node until one is asked for)."""
+    import ray
+
+    res = ray.cluster_resources()
+    return {"cluster_cpus": res.get("CPU"), "cluster_gpus": res.get("GPU", 0)}
 
 
 def free_port() -> int:
@@ -158,7 +168,6 @@ class RunContext:
 
     run_dir: RunDir
     preset: str
-    resources: dict[str, Any] = field(default_factory=dict)
     inputs: Any = None
     """what the study's ``prepare(cfg)`` returned (read before Ray started)"""
 
