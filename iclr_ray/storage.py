@@ -14,6 +14,7 @@ object by one PUT (an object store never shows a half-written object).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -164,11 +165,32 @@ def list_files(location: str | os.PathLike) -> Iterator[str]:
                        if i.type == pafs.FileType.File))
 
 
-def upload_dir(local: str | os.PathLike, location: str | os.PathLike) -> None:
-    """A local folder's files to ``location`` (each file written whole)."""
+def upload_dir(local: str | os.PathLike, location: str | os.PathLike, last: str | None = None) -> None:
+    """A local folder's files to ``location`` (each file written whole; a file named ``last``, such
+    as a model's ``config.json``, after all the others: its presence marks the folder complete)."""
     local = Path(local)
-    for f in sorted(p for p in local.rglob("*") if p.is_file()):
+    files = sorted(p for p in local.rglob("*") if p.is_file())
+    for f in sorted(files, key=lambda p: p.name == last):
         write_bytes(join(location, *f.relative_to(local).parts), f.read_bytes())
+
+
+@contextlib.contextmanager
+def folder_for(location: str | os.PathLike, last: str | None = None) -> Iterator[Path]:
+    """A local folder for code that writes files (``save_pretrained``, a subprocess) whose result
+    is kept at ``location``: the folder itself when it is local; for a URI, a temporary folder
+    whose files are uploaded there when the block ends without an error (:func:`upload_dir`)."""
+    if not is_remote(location):
+        yield local_path(location)
+        return
+    with tempfile.TemporaryDirectory(prefix="iclr_ray_upload.") as tmp:
+        yield Path(tmp)
+        upload_dir(tmp, location, last=last)
+
+
+def readable(source: str | os.PathLike) -> str:
+    """What a library that opens files (``from_pretrained``) reads for ``source``: a URI as this
+    node's local copy (:func:`local_copy`); a path or a hub id as given."""
+    return str(local_copy(source)) if is_remote(source) else str(source)
 
 
 def download_dir(location: str | os.PathLike, local: str | os.PathLike) -> Path:

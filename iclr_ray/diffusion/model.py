@@ -51,25 +51,22 @@ def controlnet_from_unet(unet, cond_channels: int, embedding_channels: Sequence[
                                      conditioning_embedding_out_channels=tuple(embedding_channels))
 
 
-def _readable(source: str) -> str:
-    """A local folder or an HF id as given; a URI (``s3://...``) as this node's local copy of it."""
-    from .. import storage
-
-    return str(storage.local_copy(source)) if storage.is_remote(source) else source
-
-
 def load_unet(source: str, subfolder: str | None = "unet"):
     """A ``UNet2DConditionModel`` from a local folder, a URI or an HF id (SD1.5: its ``unet`` subfolder)."""
     from diffusers import UNet2DConditionModel
 
-    return UNet2DConditionModel.from_pretrained(_readable(source), **({"subfolder": subfolder} if subfolder else {}))
+    from .. import storage
+
+    return UNet2DConditionModel.from_pretrained(storage.readable(source), **({"subfolder": subfolder} if subfolder else {}))
 
 
 def load_controlnet(source: str):
     """A ``ControlNetModel`` from a local folder, a URI or an HF id (the fine-tuned ControlNets)."""
     from diffusers import ControlNetModel
 
-    return ControlNetModel.from_pretrained(_readable(source))
+    from .. import storage
+
+    return ControlNetModel.from_pretrained(storage.readable(source))
 
 
 class Denoiser(nn.Module):
@@ -105,29 +102,16 @@ def save_denoiser(denoiser: Denoiser, location) -> None:
     (:mod:`iclr_ray.llm.weights`).
     ``location``: a local folder (written in place, as a train loop's checkpoint folder) or a URI
     in the run's storage (written to a local temporary folder, then uploaded file by file)."""
-    import tempfile
-
     from .. import storage
 
-    if not storage.is_remote(location):
-        _save_denoiser(denoiser, storage.local_path(location))
-        return
-    with tempfile.TemporaryDirectory(prefix="iclr_ray_denoiser.") as tmp:
-        _save_denoiser(denoiser, tmp)
-        storage.upload_dir(tmp, location)
+    with storage.folder_for(location) as folder:
+        denoiser.unet.save_pretrained(folder / "unet")
+        if denoiser.controlnet is not None:
+            denoiser.controlnet.save_pretrained(folder / "controlnet")
+        if denoiser.tokens is not None:
+            from ..llm.weights import save_weights
 
-
-def _save_denoiser(denoiser: Denoiser, folder) -> None:
-    from pathlib import Path
-
-    folder = Path(folder)
-    denoiser.unet.save_pretrained(folder / "unet")
-    if denoiser.controlnet is not None:
-        denoiser.controlnet.save_pretrained(folder / "controlnet")
-    if denoiser.tokens is not None:
-        from ..llm.weights import save_weights
-
-        save_weights(denoiser.tokens.state_dict(), str(folder / TOKENS_FILE))
+            save_weights(denoiser.tokens.state_dict(), str(folder / TOKENS_FILE))
 
 
 def load_denoiser(location, vocab: int = 0, controlnet: str | None = None) -> Denoiser:

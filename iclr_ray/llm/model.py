@@ -160,16 +160,11 @@ def materialise(name: str, root: str | Path, texts: Iterable[str], seed: int = 0
     if storage.is_remote(root):
         out = storage.join(root, "base_model")
         if not storage.is_file(storage.join(out, "config.json")):
-            import tempfile
-
             tok = build_tokenizer(texts)
             model = build_model(name, tok, seed=seed)
-            with tempfile.TemporaryDirectory(prefix="iclr_ray_base_model.") as tmp:
+            with storage.folder_for(out, last="config.json") as tmp:  # config.json marks it complete
                 model.save_pretrained(tmp)
                 tok.save_pretrained(tmp)
-                files = sorted(p for p in Path(tmp).rglob("*") if p.is_file())
-                for f in sorted(files, key=lambda p: p.name == "config.json"):  # config.json marks it complete
-                    storage.write_bytes(storage.join(out, *f.relative_to(tmp).parts), f.read_bytes())
         return out
     root = storage.local_path(root)
     out = root / "base_model"

@@ -275,9 +275,7 @@ def _where(source: str) -> str:
 
     if source in PACKAGED:
         return str(ensure_converted(source))
-    if storage.is_remote(source):
-        return str(storage.local_copy(source))
-    return str(Path(source).expanduser())
+    return str(Path(storage.readable(source)).expanduser())
 
 
 def load_config(source: str):

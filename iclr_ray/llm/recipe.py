@@ -190,9 +190,7 @@ def build_causal_lm(cfg: TrainConfig, tokenizer):
         return build_model(cfg.model, tokenizer, seed=cfg.seed)
     if cfg.model in PACKAGED:
         return load_pretrained(cfg.model)[0]
-    if storage.is_remote(cfg.model):
-        return AutoModelForCausalLM.from_pretrained(storage.local_copy(cfg.model))
-    return AutoModelForCausalLM.from_pretrained(cfg.model)
+    return AutoModelForCausalLM.from_pretrained(storage.readable(cfg.model))
 
 
 class ChatRecipe(Recipe):

@@ -27,9 +27,7 @@ def load_start(source: str, world: World | None = None, seed: int = 0, model_nam
     from ... import storage
 
     path, rev = split_revision(source)
-    if storage.is_remote(path):
-        path = str(storage.local_copy(path))
-    return AutoModelForCausalLM.from_pretrained(path, revision=rev)
+    return AutoModelForCausalLM.from_pretrained(storage.readable(path), revision=rev)
 
 
 def on_device(model):
@@ -106,18 +104,11 @@ def start_model(spec: dict[str, Any], world: World, eval_rows: dict[str, list], 
 def save_folder(model, tokenizer, location: str) -> None:
     """A Hugging Face folder (model and tokenizer) at ``location``: written there when it is a
     local path; for a URI, written to a local temporary folder and uploaded file by file."""
-    import tempfile
-
     from ... import storage
 
-    if not storage.is_remote(location):
-        model.save_pretrained(location)
-        tokenizer.save_pretrained(location)
-        return
-    with tempfile.TemporaryDirectory(prefix="iclr_ray_start_model.") as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        storage.upload_dir(tmp, location)
+    with storage.folder_for(location) as folder:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
 
 
 class EntropyScore:

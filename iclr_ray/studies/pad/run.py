@@ -339,8 +339,7 @@ def reward_model_task(source: str, queries: list[str], replies: list[list[str]])
     from .evaluate import reward_model_scores
 
     torch.set_num_threads(1)
-    if storage.is_remote(source):  # a reward model in object storage: copied once to this node
-        source = str(storage.local_copy(source))
+    source = storage.readable(source)  # a reward model in object storage: copied once to this node
     tok = AutoTokenizer.from_pretrained(source)
     model = AutoModelForSequenceClassification.from_pretrained(source).eval()
     if model.config.pad_token_id is None:

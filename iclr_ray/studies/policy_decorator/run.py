@@ -7,10 +7,8 @@ tasks and trials write (demonstrations, the base policies, the checkpoints) goes
 storage, a path or a URI: each is handed on as a location."""
 from __future__ import annotations
 
-import contextlib
-import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -77,18 +75,6 @@ def check_planner(task: dict[str, Any]) -> None:
                           f"or expert")
 
 
-@contextlib.contextmanager
-def local_folder(location: str) -> Iterator[Path]:
-    """A local folder for what a subprocess writes that is kept at ``location``: the folder itself
-    when it is local; for a URI, a temporary folder whose files are put there at the end."""
-    if not storage.is_remote(location):
-        yield storage.local_path(location)
-        return
-    with tempfile.TemporaryDirectory(prefix="iclr_ray_demos.") as tmp:
-        yield Path(tmp)
-        storage.upload_dir(tmp, location)
-
-
 def make_demos(task: dict[str, Any], seed: int, out_dir: str, sac=None):
     """Record the task's demonstrations (runs as a Ray task with two returns: the demonstrations and
     a dict with the expert's training curve, if any). ``demos.source`` planner: slot's scripted
@@ -123,7 +109,7 @@ def make_demos(task: dict[str, Any], seed: int, out_dir: str, sac=None):
                             d["noise"]), {}
     from ...rl.maniskill import motion_planning_demos
 
-    with local_folder(out_dir) as folder:
+    with storage.folder_for(out_dir) as folder:
         demos = load_demos(motion_planning_demos(task["env"]["id"], d["episodes"], folder, task["env"]["control_mode"]))
     return demos, {}
 
