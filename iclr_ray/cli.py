@@ -1,4 +1,4 @@
-"""``iclr-ray list | run | sweep | serve | report | doctor``.
+"""``iclr-ray list | run | sweep | serve | plan | report | doctor``.
 
 Every user error (unknown study, bad config key or type, unreadable file, unusable run
 directory) prints one line to stderr and exits 2 before Ray starts.
@@ -74,6 +74,18 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--port", type=int, help="HTTP port (default: the config's, else 8000)")
     sv.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else embedded local Ray)")
 
+    pl = sub.add_parser("plan", help="what a run will ask for and cost (resources, parameters, memory per GPU, "
+                        "GPU-hours) and whether it fits a cluster file; trains and loads nothing")
+    pl.add_argument("study")
+    pl.add_argument("--preset", default="small", choices=PRESETS)
+    pl.add_argument("--config", metavar="FILE", help="YAML file of config values (over the preset)")
+    pl.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="override one value, dots for nesting (repeatable)")
+    pl.add_argument("--cluster", metavar="FILE", help="a Ray cluster launcher YAML (clusters/gpu.yaml): check each "
+                    "stage against its node types; exit 2 naming every stage that fits none")
+    pl.add_argument("--mfu", type=float, default=0.4, help="model FLOPs utilisation assumed for GPU-hours "
+                    "(default 0.4)")
+
     rep = sub.add_parser("report", help="re-render report.md and the claims table of a run directory")
     rep.add_argument("run_dir", help="a run directory: a path or a URI (s3://...)")
 
@@ -88,8 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Embedded Ray binds to 127.0.0.1 only, not to every interface of the laptop (read by
         # Ray when it is first imported, so before any study module loads).
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    handler = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "serve": cmd_serve, "report": cmd_report,
-               "doctor": cmd_doctor}[args.command]
+    handler = {"list": cmd_list, "run": cmd_run, "sweep": cmd_sweep, "serve": cmd_serve, "plan": cmd_plan,
+               "report": cmd_report, "doctor": cmd_doctor}[args.command]
     try:
         return handler(args)
     except USER_ERRORS as exc:
@@ -242,6 +254,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     address = None if _ray_initialized() else resolve_address(args.address)
     return serve_forever(args.app, app_args, http, address)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Print a study's plan; exit 2 with one line per stage that fits no node type of --cluster."""
+    from . import plan
+
+    if not 0 < args.mfu <= 1:
+        raise ConfigError(f"--mfu {args.mfu}: a share of the GPU's peak, in (0, 1]")
+    study = studies.get(args.study)
+    if study.plan is None:
+        raise ConfigError(f"study {study.id!r} has no plan")
+    nodes = plan.node_types(args.cluster) if args.cluster else None
+    cfg = resolve(study.config, study.presets, args.preset, args.config, args.sets, planning=True)
+    reports = plan.report(study.plan(cfg), nodes, args.mfu)
+    print(plan.render(study.id, args.preset, reports, args.cluster, args.mfu))
+    bad = [r for r in reports if r.fits is False]
+    for r in bad:
+        print(f"iclr-ray: plan: stage {r.stage.name!r} fits no node type of {args.cluster}: {r.reason}", file=sys.stderr)
+    return EXIT_USAGE if bad else 0
 
 
 def _ray_initialized() -> bool:

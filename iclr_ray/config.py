@@ -133,11 +133,14 @@ def resolve(
     preset: str = "small",
     file: str | Path | None = None,
     sets: list[str] | tuple[str, ...] = (),
+    planning: bool = False,
 ) -> StudyConfig:
     """Build a validated config: class defaults, then preset, then YAML file, then ``--set`` items,
     each merged into the one before (nested sections key by key, so a section whose default is an
     instance with its own values, such as a shared settings model with study-specific defaults,
-    keeps them where a preset changes only some)."""
+    keeps them where a preset changes only some). ``planning``: for ``iclr-ray plan``, which reads
+    no inputs, so a validator that asks for an input file lets its absence pass (it reads
+    ``info.context["planning"]``)."""
     if preset not in PRESETS:
         raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     raw: dict[str, Any] = deep_merge(config_cls().model_dump(mode="json"), presets.get(preset, {}))
@@ -146,7 +149,7 @@ def resolve(
     for item in sets:
         raw = deep_merge(raw, parse_set(item))
     try:
-        return config_cls.model_validate(raw)
+        return config_cls.model_validate(raw, context={"planning": planning})
     except ValidationError as exc:
         raise ConfigError(f"bad config: {format_validation_error(exc)}") from None
 

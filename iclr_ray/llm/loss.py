@@ -13,12 +13,35 @@ import torch.nn.functional as F
 from .data import IGNORE
 
 
-def summed_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Sum of next-token cross-entropies over label tokens, and how many there were."""
-    shift_logits = logits[:, :-1].reshape(-1, logits.shape[-1]).float()
+def _chunk_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.float(), labels, ignore_index=IGNORE, reduction="sum")
+
+
+def summed_token_loss(logits: torch.Tensor, labels: torch.Tensor, chunk: int = 0) -> tuple[torch.Tensor, int]:
+    """Sum of next-token cross-entropies over label tokens (:func:`token_loss_sum`), and how many
+    there were."""
+    return token_loss_sum(logits, labels, chunk), label_tokens(labels)
+
+
+def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor, chunk: int = 0) -> torch.Tensor:
+    """Sum of next-token cross-entropies over label tokens.
+
+    The cross-entropy is taken in fp32. With ``chunk`` > 0 it is taken ``chunk`` positions at a
+    time, each chunk recomputed in the backward pass (activation checkpointing), so the fp32 copy
+    of the logits, its log-softmax and their gradients exist for one chunk at a time instead of for
+    the whole micro-batch (micro-batch x sequence x vocabulary x 4 bytes, several times over: the
+    largest activation of a long-sequence, large-vocabulary model). The loss and its gradient are
+    the same either way."""
+    shift_logits = logits[:, :-1].reshape(-1, logits.shape[-1])
     shift_labels = labels[:, 1:].reshape(-1)
-    loss = F.cross_entropy(shift_logits, shift_labels, ignore_index=IGNORE, reduction="sum")
-    return loss, int((shift_labels != IGNORE).sum())
+    if chunk <= 0 or shift_logits.shape[0] <= chunk:
+        loss = _chunk_loss(shift_logits, shift_labels)
+    else:
+        from torch.utils.checkpoint import checkpoint
+
+        loss = sum(checkpoint(_chunk_loss, shift_logits[i:i + chunk], shift_labels[i:i + chunk], use_reentrant=False)
+                   for i in range(0, shift_logits.shape[0], chunk))
+    return loss
 
 
 def label_tokens(labels: torch.Tensor) -> int:

@@ -115,6 +115,31 @@ def load_pretrained(source: str | Path, dtype=None):
     return model, tokenizer
 
 
+def apply_memory_settings(model, gradient_checkpointing: bool = False, attention: str = "default") -> None:
+    """A training run's memory settings on a Hugging Face model: its attention kernel (``eager``,
+    ``sdpa``, ``flash_attention_2``; ``default`` leaves the model's own) and activation
+    checkpointing of its decoder blocks (non-reentrant, so frozen inputs need no grad hooks).
+    ConfigError, one line, when the model offers neither."""
+    if attention != "default":
+        setter = getattr(model, "set_attn_implementation", None)
+        if setter is None:
+            raise ConfigError(f"attention={attention}: {type(model).__name__} is not a transformers model with a "
+                              "choice of attention kernel; leave attention at default")
+        try:
+            setter(attention)
+        except (ValueError, ImportError) as exc:  # flash_attention_2 without the package, an unsupported model
+            raise ConfigError(f"attention={attention}: {str(exc).splitlines()[0]}") from None
+    if gradient_checkpointing:
+        if not getattr(model, "supports_gradient_checkpointing", False):
+            raise ConfigError(f"gradient_checkpointing: {type(model).__name__} does not support it; set it false")
+        model.train()  # checkpointing acts in training mode only (from_pretrained returns a model in eval mode)
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        if enable is not None:  # transformers >= 5.2x: the new name of gradient_checkpointing_enable
+            enable({"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def cache_keyword(model) -> str:
     """The keyword a model's forward takes (and its output returns) the key/value cache by:
     transformers renamed ``past_key_values`` to ``cache`` during 5.x."""

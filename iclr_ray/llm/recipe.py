@@ -44,6 +44,16 @@ class TrainConfig(WorkerResources):
     """0 disables clipping"""
     zero_stage: int = Field(2, ge=0, le=3)
     num_workers: int = Field(2, ge=1)
+    gradient_checkpointing: bool = False
+    """recompute each decoder block's activations in the backward pass instead of keeping them
+    (about a third more compute, activations of one block instead of all)"""
+    attention: Literal["default", "eager", "sdpa", "flash_attention_2"] = "default"
+    """the attention kernel (transformers' ``attn_implementation``); default: the model's own.
+    eager keeps every attention matrix (heads x sequence^2 per layer) for the backward pass, sdpa
+    and flash_attention_2 do not"""
+    loss_chunk: int = Field(0, ge=0)
+    """token positions per chunk of the fp32 cross-entropy (llm.loss.summed_token_loss); 0: the
+    whole micro-batch at once"""
     eval_every: int = Field(0, ge=0)
     """optimiser steps between held-out evaluations (the eval sets' loss, the recipe's eval_metrics)
     and at the last step; 0: never"""
@@ -208,6 +218,7 @@ class ChatRecipe(Recipe):
         self.tokenizer = load_tokenizer(self.tokenizer_files)
 
     def build_model(self, cfg: TrainConfig):
+        self.loss_chunk = cfg.loss_chunk
         return build_causal_lm(cfg, self.tokenizer)
 
     def step_batches(self, step: int, cfg: TrainConfig) -> list[tuple[dict[str, Any], int]]:
@@ -219,7 +230,7 @@ class ChatRecipe(Recipe):
         coef = router_aux_coef(getattr(engine, "module", engine))
         out = engine(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False,
                      **({"output_router_logits": True} if coef else {}))
-        loss, n = summed_token_loss(out.logits, batch["labels"])
+        loss, n = summed_token_loss(out.logits, batch["labels"], getattr(self, "loss_chunk", 0))
         if coef:  # a mixture of experts: its load-balancing loss, per token as the model's own loss adds it
             loss = loss + coef * out.aux_loss * n
         return loss

@@ -92,6 +92,10 @@ def train_worker(config: dict[str, Any]) -> None:
     bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
 
     model = recipe.build_model(cfg)
+    if cfg.gradient_checkpointing or cfg.attention != "default":
+        from .model import apply_memory_settings
+
+        apply_memory_settings(model, cfg.gradient_checkpointing, cfg.attention)
     peak = peak_flops(torch.cuda.get_device_name(device), bf16) if device.type == "cuda" else None
     mc = getattr(model, "config", None)
     token_flops = flops_per_token(sum(p.numel() for p in model.parameters()), getattr(mc, "num_hidden_layers", 0),

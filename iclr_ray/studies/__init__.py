@@ -7,8 +7,9 @@ docs/adding_a_study.md):
 
     config.py    Config (its defaults are the ``small`` preset), PRESETS; SWEEPABLE (the config key
                  prefixes a search space may vary) for a study with ``iclr-ray sweep``
-    run.py       prepare(cfg) -> inputs (before Ray starts), run(cfg, ctx) -> metrics, and with
-                 SWEEPABLE, sweep(cfg, space, ctx, scheduler, resume) -> summary
+    run.py       prepare(cfg) -> inputs (before Ray starts), run(cfg, ctx) -> metrics,
+                 plan(cfg) -> stages (``iclr-ray plan``: iclr_ray.plan), and with SWEEPABLE,
+                 sweep(cfg, space, ctx, scheduler, resume) -> summary
     analysis.py  claims(metrics, cfg) -> list[Claim], report_md(metrics, cfg) -> str (pure functions)
     plots.py     plot_all(metrics, cfg) -> {name: matplotlib figure} (pure function of the metrics)
 
@@ -188,6 +189,8 @@ class Study:
     """sweep(cfg, space, ctx, scheduler, resume) -> summary: ``iclr-ray sweep`` (Ray Tune)"""
     sweepable: tuple[str, ...] = ()
     """config key prefixes a search space may vary (the rest is shared by every trial)"""
+    plan: Callable[..., list] | None = None
+    """plan(cfg) -> list of iclr_ray.plan stages: ``iclr-ray plan`` (nothing is trained or loaded)"""
 
     @property
     def id(self) -> str:
@@ -235,4 +238,5 @@ def get(study_id: str) -> Study:
     if sweepable and not hasattr(mods["run"], "sweep"):
         raise TypeError(f"study {study_id!r} names SWEEPABLE keys but its run.py has no sweep()")
     return Study(e, **{key: getattr(mods[mod], name) for key, (mod, name) in parts.items()},
-                 sweep=mods["run"].sweep if sweepable else None, sweepable=sweepable)
+                 sweep=mods["run"].sweep if sweepable else None, sweepable=sweepable,
+                 plan=getattr(mods["run"], "plan", None))

@@ -45,3 +45,35 @@ def test_summed_loss_counts_only_label_tokens():
     assert n == 2 == loss.label_tokens(labels)
     assert total.item() == pytest.approx(2 * torch.log(torch.tensor(10.0)).item())
     assert loss.step_loss(total, 4, world_size=2).item() == pytest.approx(total.item() * 2 / 4)
+
+
+def test_chunked_loss_equals_the_whole_loss_and_its_gradient():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 17, 50, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, 50, (3, 17))
+    labels[0, :5] = data.IGNORE
+    whole, n = loss.summed_token_loss(logits, labels)
+    (g_whole,) = torch.autograd.grad(whole, logits)
+    for chunk in (1, 7, 16, 48, 1000):
+        part, m = loss.summed_token_loss(logits, labels, chunk=chunk)
+        (g_part,) = torch.autograd.grad(part, logits)
+        assert m == n
+        assert torch.allclose(part, whole, rtol=1e-5), chunk
+        assert torch.equal(g_part, g_whole), chunk
+
+
+def test_chunked_loss_keeps_no_fp32_logits_for_backward():
+    """What the chunking is for: the tensors saved for the backward pass. Whole: the fp32 copy of
+    every logit (and its log-softmax); chunked: only the 16-bit logits the model made."""
+    logits = torch.randn(2, 65, 100, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, 100, (2, 65))
+
+    def saved_fp32(chunk: int) -> int:
+        sizes = []
+        with torch.autograd.graph.saved_tensors_hooks(
+                lambda t: sizes.append(t.numel() if t.dtype == torch.float32 else 0) or t, lambda t: t):
+            loss.summed_token_loss(logits, labels, chunk=chunk)
+        return sum(sizes)
+
+    assert saved_fp32(0) >= 2 * 64 * 100
+    assert saved_fp32(16) == 0

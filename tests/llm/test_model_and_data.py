@@ -129,3 +129,40 @@ def test_jsonl_reads_and_refuses_empty_or_missing(tmp_path):
         data.read_chat_jsonl(tmp_path / "e.jsonl")
     with pytest.raises(DataError, match="cannot read"):
         data.read_chat_jsonl(tmp_path / "none.jsonl")
+
+
+def test_memory_settings_change_what_a_training_step_keeps_and_not_its_gradients():
+    """Gradient checkpointing and sdpa on a real transformers model: the same loss gradient, and
+    far fewer tensors kept for the backward pass (the checkpointed blocks keep only their inputs)."""
+    import torch
+
+    from iclr_ray.llm.model import apply_memory_settings, build_model, build_tokenizer
+
+    tok = build_tokenizer()
+    ids = torch.randint(0, len(tok), (2, 48))
+
+    def step(gc: bool, attention: str):
+        net = build_model("tiny-llama", tok, seed=0, attn_implementation="eager")
+        apply_memory_settings(net, gradient_checkpointing=gc, attention=attention)
+        kept = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t.numel()) or t, lambda t: t):
+            out = net(input_ids=ids, use_cache=False).logits
+        out.float().pow(2).mean().backward()
+        return sum(kept), torch.cat([p.grad.flatten() for p in net.parameters()])
+
+    kept_plain, g_plain = step(False, "eager")
+    kept_gc, g_gc = step(True, "sdpa")
+    assert torch.allclose(g_plain, g_gc, atol=1e-5)
+    assert kept_gc < kept_plain / 2
+
+
+def test_memory_settings_refuse_a_model_without_them():
+    import torch
+
+    from iclr_ray.config import ConfigError
+    from iclr_ray.llm.model import apply_memory_settings
+
+    with pytest.raises(ConfigError, match="gradient_checkpointing"):
+        apply_memory_settings(torch.nn.Linear(2, 2), gradient_checkpointing=True)
+    with pytest.raises(ConfigError, match="attention=sdpa"):
+        apply_memory_settings(torch.nn.Linear(2, 2), attention="sdpa")

@@ -66,6 +66,10 @@ class Sft(WorkerResources):
     grad_clip: float = Field(1.0, ge=0)
     zero_stage: int = Field(2, ge=0, le=3)
     num_workers: int = Field(1, ge=1)
+    gradient_checkpointing: bool = False
+    attention: Literal["default", "eager", "sdpa", "flash_attention_2"] = "default"
+    loss_chunk: int = Field(0, ge=0)
+    """the memory settings of llm.recipe.TrainConfig (``iclr-ray plan sft_recipe`` shows their effect)"""
     eval_points: int = Field(8, ge=1)
     """held-out loss evaluations per trial, evenly spaced"""
     max_new_tokens: int = Field(24, ge=1)
@@ -139,10 +143,15 @@ PRESETS = {
         # 3840-7680 samples with lr ~2e-5 vs TULU's batch 128. It fine-tunes on real data only:
         # prepare() refuses to start until data.knowledge_jsonl and data.skills_jsonl are given.
         "data": {"seq_len": 4096, "require_real": True},
-        "pretrain": {"steps": 0, "gpus_per_worker": 1},
+        "pretrain": {"steps": 0, "gpus_per_worker": 1, "accelerator_type": "A100"},
         "sft": {"model": "ibm-granite/granite-3.0-2b-base", "batch": 512, "micro_batch_size": 4, "lr": 2e-5,
                 "warmup_steps": 0, "schedule": "constant", "sample_budget": 512 * 2000, "zero_stage": 2,
-                "num_workers": 8, "gpus_per_worker": 1, "eval_points": 20, "max_new_tokens": 256},
+                "num_workers": 8, "gpus_per_worker": 1, "accelerator_type": "A100", "eval_points": 20,
+                "max_new_tokens": 256,
+                # what makes 4 x 4096 tokens of a 2.5B model fit a 40 GB A100 (`iclr-ray plan
+                # sft_recipe --preset paper` shows the estimate): without them, eager attention and
+                # fp32 logits keep > 500 GB of activations per micro-batch
+                "gradient_checkpointing": True, "attention": "sdpa", "loss_chunk": 4096},
         "grid": {"batches": [32, 128, 512, 1024], "lrs": [1e-5, 2e-5, 5e-5]},
         "warmup": {"warmup_steps": [0, 25], "schedules": ["constant", "cosine"]},
         "early": {"window_rows": 51_200},  # 5% of the budget: 100 steps of 512 rows

@@ -198,6 +198,8 @@ def _train_config(sft: Sft, model: str, seed: int):
                        betas=sft.betas, weight_decay=sft.weight_decay, schedule=sft.schedule,
                        warmup_steps=sft.warmup_steps, grad_clip=sft.grad_clip, zero_stage=sft.zero_stage,
                        num_workers=sft.num_workers, eval_every=max(1, steps // sft.eval_points),
+                       gradient_checkpointing=sft.gradient_checkpointing, attention=sft.attention,
+                       loss_chunk=sft.loss_chunk,
                        max_failures=1, seed=seed, **worker_resources(sft))
 
 
@@ -375,3 +377,28 @@ def sweep(cfg: Config, space, ctx: RunContext, scheduler: str, resume: bool) -> 
     return {"trials": len(rows), "finished": sum(r["finished"] for r in rows), "rows": rows,
             "best": ranked[0] if ranked else None, "metric": space.metric, "mode": space.mode,
             "pretrained_model": model}
+
+
+def plan(cfg: Config) -> list:
+    """Pre-training (when asked for) and the SFT trials: every trial trains on the same sample
+    budget, so each holds the same memory and costs the same FLOPs whatever its batch."""
+    from ...plan import Train, lm
+
+    model = lm(cfg.sft.model, vocab_size=cfg.data.vocab_size)
+    stages = []
+    p = cfg.pretrain
+    if p.steps and cfg.sft.model in TINY_MODELS:
+        stages.append(Train("pretrain", p, p.num_workers, 1, model, p.steps, p.batch,
+                            max(1, p.batch // p.num_workers), cfg.data.seq_len, zero_stage=2))
+    s = cfg.sft
+    micro, _ = recipe.batch_split(s.batch, s.micro_batch_size, s.num_workers)
+    runs = len(trial_specs(cfg))
+    if cfg.early.rerun_with_scheduler and not cfg.early.replay:
+        runs += len(cfg.grid.batches) * len(cfg.grid.lrs)
+    stages.append(Train("sft trials", s, s.num_workers, runs, model, recipe.steps_for_budget(s.sample_budget, s.batch),
+                        s.batch, micro, cfg.data.seq_len, s.zero_stage, concurrent=cfg.max_concurrent_trials,
+                        gradient_checkpointing=s.gradient_checkpointing, attention=s.attention,
+                        loss_chunk=s.loss_chunk,
+                        note=f"the {runs} trials (grid, warmup, phased) train on {s.sample_budget:,} rows each; "
+                             f"steps shown at the base batch {s.batch}"))
+    return stages
