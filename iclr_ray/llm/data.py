@@ -130,51 +130,104 @@ def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
 
 @dataclass
 class PackedRow:
-    input_ids: list[int]
-    labels: list[int]
-    position_ids: list[int]
+    """One packed row (a view into :class:`PackedRows`, or built by hand)."""
+
+    input_ids: Sequence[int]
+    labels: Sequence[int]
+    position_ids: Sequence[int]
     n_real: int  # tokens that are not padding
 
 
-def pack(samples: Sequence[Encoded], max_tokens: int, pad_id: int) -> list[PackedRow]:
+@dataclass
+class PackedRows:
+    """Packed rows as arrays, (rows, tokens) int32 each: what reaches the Ray Train workers (one
+    object in Ray's store, read there as zero-copy numpy views, never unpickled into Python ints)
+    and what each rank indexes to collate only its own micro-batches. Indexing by a slice or an
+    index array gives rows, by an int one :class:`PackedRow`; ``+`` concatenates."""
+
+    input_ids: np.ndarray
+    labels: np.ndarray
+    position_ids: np.ndarray
+    n_real: np.ndarray
+
+    @classmethod
+    def empty(cls, width: int) -> "PackedRows":
+        z = np.zeros((0, width), np.int32)
+        return cls(z, z.copy(), z.copy(), np.zeros(0, np.int32))
+
+    def __len__(self) -> int:
+        return len(self.n_real)
+
+    def __getitem__(self, index):
+        if isinstance(index, (int, np.integer)):
+            return PackedRow(self.input_ids[index], self.labels[index], self.position_ids[index],
+                             int(self.n_real[index]))
+        if isinstance(index, list):
+            index = np.asarray(index, dtype=np.int64)
+        return PackedRows(self.input_ids[index], self.labels[index], self.position_ids[index], self.n_real[index])
+
+    def __iter__(self) -> Iterator[PackedRow]:
+        return (self[i] for i in range(len(self)))
+
+    def __add__(self, other: "PackedRows") -> "PackedRows":
+        return PackedRows(*(np.concatenate([a, b]) for a, b in
+                            zip((self.input_ids, self.labels, self.position_ids, self.n_real),
+                                (other.input_ids, other.labels, other.position_ids, other.n_real))))
+
+    def label_tokens(self) -> int:
+        """Tokens that carry a loss after the next-token shift (llm.loss.label_tokens, in numpy)."""
+        return int((self.labels[:, 1:] != IGNORE).sum())
+
+
+def pack(samples: Sequence[Encoded], max_tokens: int, pad_id: int) -> PackedRows:
     """Greedy packing in the given order: samples are appended to a row while they fit, the row
     is padded to ``max_tokens``. Position ids restart at 0 for each sample and for the padding,
     so no token attends across a sample boundary."""
-    rows: list[PackedRow] = []
-    ids: list[int] = []
-    labels: list[int] = []
-    pos: list[int] = []
-
-    def close() -> None:
-        n = len(ids)
-        pad = max_tokens - n
-        rows.append(PackedRow(ids + [pad_id] * pad, labels + [IGNORE] * pad, pos + list(range(pad)), n))
-
-    for s in samples:
+    starts: list[list[int]] = []  # the samples of each row, by index
+    used = max_tokens + 1
+    for k, s in enumerate(samples):
         if len(s) > max_tokens:
             raise DataError(f"a sample of {len(s)} tokens does not fit the packing budget of {max_tokens}")
-        if len(ids) + len(s) > max_tokens:
-            close()
-            ids, labels, pos = [], [], []
-        ids += s.input_ids
-        labels += s.labels
-        pos += list(range(len(s)))
-    if ids:
-        close()
-    return rows
+        if used + len(s) > max_tokens:
+            starts.append([])
+            used = 0
+        starts[-1].append(k)
+        used += len(s)
+    rows = len(starts)
+    ids = np.full((rows, max_tokens), pad_id, np.int32)
+    labels = np.full((rows, max_tokens), IGNORE, np.int32)
+    pos = np.tile(np.arange(max_tokens, dtype=np.int32), (rows, 1))
+    n_real = np.zeros(rows, np.int32)
+    for r, members in enumerate(starts):
+        at = 0
+        for k in members:
+            s = samples[k]
+            n = len(s)
+            ids[r, at:at + n] = s.input_ids
+            labels[r, at:at + n] = s.labels
+            pos[r, at:at + n] = np.arange(n)
+            at += n
+        pos[r, at:] = np.arange(max_tokens - at)  # the padding counts from 0 too
+        n_real[r] = at
+    return PackedRows(ids, labels, pos, n_real)
 
 
-def packing_efficiency(rows: Sequence[PackedRow]) -> float:
+def packing_efficiency(rows: PackedRows | Sequence[PackedRow]) -> float:
     """Share of non-padding tokens in the packed rows."""
+    if isinstance(rows, PackedRows):
+        return float(rows.n_real.sum()) / rows.input_ids.size if len(rows) else 0.0
     total = sum(len(r.input_ids) for r in rows)
     return sum(r.n_real for r in rows) / total if total else 0.0
 
 
-def collate(rows: Sequence[PackedRow]) -> dict[str, Any]:
+def collate(rows: PackedRows | Sequence[PackedRow]) -> dict[str, Any]:
     """Packed rows as a batch of torch tensors (no attention mask: position ids delimit samples;
     call the model with ``use_cache=False``)."""
     import torch
 
+    if isinstance(rows, PackedRows):
+        # astype copies: the arrays may be read-only views into Ray's object store
+        return {k: torch.from_numpy(getattr(rows, k).astype(np.int64)) for k in ("input_ids", "labels", "position_ids")}
     return {
         "input_ids": torch.tensor([r.input_ids for r in rows], dtype=torch.long),
         "labels": torch.tensor([r.labels for r in rows], dtype=torch.long),

@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import Field
 
 from ..resources import WorkerResources
-from .data import PackedRow, collate, epoch_order
+from .data import PackedRow, PackedRows, collate, epoch_order
 from .loss import label_tokens, step_loss, summed_token_loss
 
 SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
@@ -73,24 +73,27 @@ class TrainConfig(WorkerResources):
         return self.micro_batch_size * self.grad_accum * self.num_workers
 
 
-def step_rows(rows: list[PackedRow], step: int, cfg: TrainConfig, seed: int,
-              order: Sequence[int] | None = None) -> list[PackedRow]:
-    """The global batch of optimiser step ``step``: consecutive rows of the data order.
-
-    The order is ``order`` when given (a study's own curriculum, e.g. phased training), cycled;
-    else each epoch is a fresh seeded permutation of ``rows``."""
+def step_indices(n: int, step: int, cfg: TrainConfig, seed: int, order: Sequence[int] | None = None) -> np.ndarray:
+    """The rows (indices into ``n``) of optimiser step ``step``'s global batch: consecutive rows
+    of the data order. The order is ``order`` when given (a study's own curriculum, e.g. phased
+    training), cycled; else each epoch is a fresh seeded permutation of the ``n`` rows."""
     per_step = cfg.rows_per_step()
-    start = step * per_step
+    at = np.arange(step * per_step, (step + 1) * per_step)
     if order is not None:
-        return [rows[int(order[i % len(order)])] for i in range(start, start + per_step)]
-    orders: dict[int, np.ndarray] = {}  # one permutation per epoch the step touches, not per row
-    out = []
-    for i in range(start, start + per_step):
-        epoch, j = divmod(i, len(rows))
-        if epoch not in orders:
-            orders[epoch] = epoch_order(len(rows), seed, epoch)
-        out.append(rows[int(orders[epoch][j])])
+        return np.asarray(order, dtype=np.int64)[at % len(order)]
+    epochs, within = np.divmod(at, n)
+    out = np.empty(per_step, dtype=np.int64)
+    for epoch in np.unique(epochs):  # one permutation per epoch the step touches, not per row
+        pick = epochs == epoch
+        out[pick] = epoch_order(n, seed, int(epoch))[within[pick]]
     return out
+
+
+def step_rows(rows, step: int, cfg: TrainConfig, seed: int, order: Sequence[int] | None = None):
+    """The global batch of optimiser step ``step`` (:func:`step_indices`): rows of a
+    :class:`PackedRows` as PackedRows, of any other sequence as a list."""
+    idx = step_indices(len(rows), step, cfg, seed, order)
+    return rows[idx] if isinstance(rows, PackedRows) else [rows[int(i)] for i in idx]
 
 
 def load_tokenizer(files: dict[str, bytes]):
@@ -140,6 +143,16 @@ class Recipe(ABC):
     @abstractmethod
     def loss(self, engine, batch: dict[str, Any]):
         """The loss of one (device) batch summed over its :meth:`units` (a scalar tensor)."""
+
+    def rank_batches(self, step: int, cfg: TrainConfig, rank: int, world: int
+                     ) -> tuple[list[tuple[dict[str, Any], int]], int, int]:
+        """This rank's micro-batches of step ``step`` (every ``world``-th of :meth:`step_batches`,
+        from the ``rank``-th), and the whole step's loss units and rows, which every rank divides
+        by. This default collates every rank's micro-batches to count them; a recipe that can count
+        without collating (:class:`ChatRecipe`: arrays) collates only its own."""
+        batches = self.step_batches(step, cfg)
+        return batches[rank::world], sum(self.units(b) for b, _ in batches), sum(len(next(iter(b.values())))
+                                                                                 for b, _ in batches)
 
     def units(self, batch: dict[str, Any]) -> int:
         """How many units the loss of ``batch`` sums over: its label tokens (``labels``, IGNORE
@@ -212,9 +225,9 @@ class ChatRecipe(Recipe):
         self.final_eval = final_eval
 
     def setup(self) -> None:
-        self.rows: list[PackedRow] = resolve(self.rows_ref)
+        self.rows: PackedRows | list[PackedRow] = resolve(self.rows_ref)
         self.order = resolve(self.order_ref)
-        self.eval_rows: dict[str, list[PackedRow]] = resolve(self.eval_ref) or {}
+        self.eval_rows: dict[str, PackedRows | list[PackedRow]] = resolve(self.eval_ref) or {}
         self.tokenizer = load_tokenizer(self.tokenizer_files)
 
     def build_model(self, cfg: TrainConfig):
@@ -222,9 +235,16 @@ class ChatRecipe(Recipe):
         return build_causal_lm(cfg, self.tokenizer)
 
     def step_batches(self, step: int, cfg: TrainConfig) -> list[tuple[dict[str, Any], int]]:
+        return self.rank_batches(step, cfg, 0, 1)[0]
+
+    def rank_batches(self, step: int, cfg: TrainConfig, rank: int, world: int
+                     ) -> tuple[list[tuple[dict[str, Any], int]], int, int]:
         rows_now = step_rows(self.rows, step, cfg, cfg.seed, self.order)
-        micro = [rows_now[i:i + cfg.micro_batch_size] for i in range(0, len(rows_now), cfg.micro_batch_size)]
-        return [(collate(m), sum(r.n_real for r in m)) for m in micro]
+        b = cfg.micro_batch_size
+        mine = [rows_now[i:i + b] for i in range(0, len(rows_now), b)][rank::world]
+        units = rows_now.label_tokens() if isinstance(rows_now, PackedRows) else \
+            sum(label_tokens(collate(rows_now[i:i + b])["labels"]) for i in range(0, len(rows_now), b))
+        return [(collate(m), int(sum(r.n_real for r in m))) for m in mine], units, len(rows_now)
 
     def loss(self, engine, batch: dict[str, Any]):
         coef = router_aux_coef(getattr(engine, "module", engine))

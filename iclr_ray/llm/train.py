@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from .data import PackedRow
 from .loss import step_loss
 from .recipe import ChatRecipe, Recipe, TrainConfig, optimizer_and_schedule, read_files
@@ -122,9 +124,8 @@ def train_worker(config: dict[str, Any]) -> None:
             time.sleep(2.0)
             os._exit(1)
         t0 = time.perf_counter()
-        batches = recipe.step_batches(step, cfg)  # every worker's micro-batches: each needs the step's units
-        step_units = sum(recipe.units(b) for b, _ in batches)
-        mine = batches[rank::world]
+        # this rank's micro-batches, and the step's loss units and rows over every rank
+        mine, step_units, step_samples = recipe.rank_batches(step, cfg, rank, world)
         loss_sum = torch.zeros((), dtype=torch.float64)
         real_tokens = 0
         own_norm = None
@@ -137,8 +138,7 @@ def train_worker(config: dict[str, Any]) -> None:
             engine.step()
             loss_sum += total.detach().double().cpu()
             real_tokens += n_real
-        window.add(loss_sum.item(), real_tokens, step_units, sum(_rows(b) for b, _ in batches),
-                   time.perf_counter() - t0)
+        window.add(loss_sum.item(), real_tokens, step_units, step_samples, time.perf_counter() - t0)
         last = step + 1 == cfg.max_steps
         evaluate = scores_in_loop and (last or (step + 1) % cfg.eval_every == 0)
         save = last or bool(cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0)
@@ -201,11 +201,6 @@ def _global_grad_norm(engine, own: float | None) -> float:
             raise RuntimeError("no gradient norm for this step: DeepSpeed kept none and the loop took none")
         return own
     return float(norm)
-
-
-def _rows(batch: dict[str, Any]) -> int:
-    """Samples (rows) in a batch: the leading size of its tensors."""
-    return len(next(iter(batch.values())))
 
 
 class _Window:
@@ -337,7 +332,7 @@ def fit(cfg: TrainConfig, rows: list[PackedRow], tokenizer, storage_path: str | 
     with tempfile.TemporaryDirectory() as d:
         tokenizer.save_pretrained(d)
         files = read_files(d)
-    recipe = ChatRecipe(ray.put(rows), files, order=ray.put(list(order)) if order is not None else None,
+    recipe = ChatRecipe(ray.put(rows), files, order=ray.put(np.asarray(order, np.int64)) if order is not None else None,
                         eval_rows=ray.put(eval_rows) if eval_rows else None, final_eval=final_eval)
     return fit_recipe(cfg, recipe, storage_path, name, fail_once_at_step=fail_once_at_step, callbacks=callbacks)
 

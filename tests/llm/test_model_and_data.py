@@ -1,13 +1,15 @@
 """The LLM backbone's model, tokenizer and chat-data layers (CPU, no Ray)."""
 import json
 
+import numpy as np
+
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from iclr_ray.config import ConfigError, DataError  # noqa: E402
-from iclr_ray.llm import data, model  # noqa: E402
+from iclr_ray.llm import data, loss, model  # noqa: E402
 
 CHATS = [
     [{"role": "user", "content": "What is 2+3?"}, {"role": "assistant", "content": "5"}],
@@ -166,3 +168,33 @@ def test_memory_settings_refuse_a_model_without_them():
         apply_memory_settings(torch.nn.Linear(2, 2), gradient_checkpointing=True)
     with pytest.raises(ConfigError, match="attention=sdpa"):
         apply_memory_settings(torch.nn.Linear(2, 2), attention="sdpa")
+
+
+def test_each_rank_collates_only_its_own_micro_batches_and_counts_the_whole_step():
+    """ChatRecipe.rank_batches over the ranks: together exactly the step's micro-batches, each
+    collated once, and the same step totals (loss units, rows) as collating them all."""
+    import pickle
+
+    from iclr_ray.llm.recipe import ChatRecipe, TrainConfig, step_rows
+
+    tok = model.build_tokenizer()
+    rows = data.pack(data.encode_all(tok, CHATS * 6, 64), 64, tok.pad_token_id)
+    assert isinstance(rows, data.PackedRows) and rows.input_ids.dtype == np.int32
+    rows = pickle.loads(pickle.dumps(rows))  # as the workers get them: arrays, not lists of ints
+    recipe = ChatRecipe(rows, {})
+    recipe.rows, recipe.order = rows, None
+    cfg = TrainConfig(micro_batch_size=2, grad_accum=2, num_workers=3)
+    every = recipe.step_batches(5, cfg)
+    assert len(every) == 6
+    total_units = sum(loss.label_tokens(b["labels"]) for b, _ in every)
+    seen = []
+    for rank in range(3):
+        mine, units, n = recipe.rank_batches(5, cfg, rank, 3)
+        assert (units, n) == (total_units, 12) and len(mine) == 2
+        seen += [(rank, k) for k, _ in enumerate(mine)]
+        for k, (b, real) in enumerate(mine):
+            want, want_real = every[rank + 3 * k]
+            assert all(torch.equal(b[key], want[key]) for key in want) and real == want_real
+    step = step_rows(rows, 5, cfg, cfg.seed)
+    assert isinstance(step, data.PackedRows) and len(step) == 12
+    assert step.label_tokens() == total_units

@@ -122,7 +122,7 @@ def build_world(cfg: Config, inputs: dict[str, Any]) -> World:
         tok.save_pretrained(tmp)
         files = read_files(tmp)
     stats = {"corpus": "JSONL" if "corpus" in inputs else "reviews", "pretrain_docs": len(pre),
-             "pretrain_rows": len(pre_rows), "pretrain_tokens": sum(r.n_real for r in pre_rows),
+             "pretrain_rows": len(pre_rows), "pretrain_tokens": int(pre_rows.n_real.sum()),
              "probe_docs": len(probe), "probe_tokens": int(mask.sum()), "continual_rows": len(corpus_rows),
              "vocab_size": len(tok), "facts": inputs["facts"].source if "facts" in inputs else "generated"}
     return World(files, pre_rows, corpus_rows, ids, mask, probe, seq, inputs.get("facts"), d.facts_per_split, stats)
@@ -136,13 +136,13 @@ def seed_data(world: World, cfg: Config, seed: int, tok) -> dict[str, Any]:
     c = cfg.continual
     fs = world.facts(seed)
     seq, pad = world.seq_len, tok.pad_token_id
-    rows = list(world.corpus_rows)
+    rows = world.corpus_rows  # arrays (llm.data.PackedRows): every round's fact rows appended
     fact_rows = []
     for r in range(c.rounds):
         enc = [e for t in facts_data.injection_texts(fs, r) for e in llm_data.encode_text(tok, t, seq)]
         packed = llm_data.pack(enc, seq, pad)
         fact_rows.append(list(range(len(rows), len(rows) + len(packed))))
-        rows += packed
+        rows = rows + packed
     inject_at = facts_data.injection_steps(c.rounds, c.round_steps)
     rows_per_step = c.batch
     try:
