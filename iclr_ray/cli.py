@@ -70,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="judge: a badjudge heads file served as NAME (repeatable; --model: their base model)")
     sv.add_argument("--config", metavar="FILE", help="a Serve config YAML (clusters/serve/*.yaml); its "
                     "application named APP gives the args, --model overrides")
+    sv.add_argument("--device", help="where the models run: auto (the replica's GPU if it has one, else CPU; "
+                    "the default), cpu, cuda, cuda:N; a GPU replica needs ray_actor_options: {num_gpus: 1}")
+    sv.add_argument("--dtype", help="auto (bfloat16 on a GPU that has it, else float32; the default), float32, "
+                    "bfloat16, float16")
     sv.add_argument("--host", help="bind address (default: the config's, else 127.0.0.1)")
     sv.add_argument("--port", type=int, help="HTTP port (default: the config's, else 8000)")
     sv.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else embedded local Ray)")
@@ -246,6 +250,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from .serve.launch import judges_arg
 
         app_args["judges"] = judges_arg(args.judge)
+    for key in ("device", "dtype"):
+        if getattr(args, key):
+            app_args[key] = getattr(args, key)
     if args.app in ("generate", "pad", "judge"):
         app_args["model"] = default_model(args.app, app_args.get("model"))
     check_app_args(args.app, app_args)

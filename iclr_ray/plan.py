@@ -84,7 +84,7 @@ def hf_config(source: str, vocab_size: int | None = None):
         spec = dict(TINY_MODELS[source])
         cls = OlmoeConfig if spec.pop("arch", "llama") == "olmoe" else LlamaConfig
         return cls(vocab_size=vocab_size or 512, tie_word_embeddings=True, **spec), f"named tiny model {source}"
-    if source in PACKAGED:
+    if source in PACKAGED and shipped_config(source) is None:  # converts the packaged file once: avoided below
         return load_config(source), f"packaged model {source}"
     local = Path(source).expanduser()
     if (local / "config.json").is_file():
@@ -93,7 +93,10 @@ def hf_config(source: str, vocab_size: int | None = None):
     if shipped is None:
         raise ConfigError(f"plan: no config for model {source!r} here (a hub id needs its shape in "
                           f"iclr_ray/model_configs/{source.replace('/', '--')}.json)")
-    shipped = {k: v for k, v in shipped.items() if not k.startswith("_")}
+    if shipped.get("_remote_code"):
+        raise ConfigError(f"plan: model {source!r} ({shipped.get('model_type')}) needs modelling code that is not in "
+                          "transformers (trust_remote_code, which this project never sets)")
+    shipped = {k: v for k, v in shipped.items() if not k.startswith("_") and k != "auto_map"}
     return AutoConfig.for_model(**shipped), f"shipped config (iclr_ray/model_configs, from {source})"
 
 
@@ -331,12 +334,12 @@ class Train:
 
     def memory(self) -> tuple[float, list[str]]:
         states, how = model_state_bytes(self.model, self.zero_stage, self.workers, bf16=self.gpu)
-        lines = [f"model states {states / GIB:.1f} GiB ({how})"]
+        lines = [f"model states {size(states)} ({how})"]
         total = states
         fp = self.measure()
         if fp is not None:
             total += fp.activation_bytes
-            lines.append(f"activations {fp.activation_bytes / GIB:.1f} GiB per micro-batch of {self.micro_batch} "
+            lines.append(f"activations {size(fp.activation_bytes)} per micro-batch of {self.micro_batch} "
                          f"({fp.how})")
         else:
             lines.append("activations not estimated")
@@ -402,7 +405,7 @@ class Tasks:
         return b
 
     def memory(self) -> tuple[float, list[str]]:
-        return self.memory_bytes, [f"{self.memory_bytes / GIB:.2f} GiB per task"]
+        return self.memory_bytes, [size(self.memory_bytes)]
 
     def describe(self) -> list[str]:
         b = self.bundle()
@@ -419,6 +422,11 @@ class Tasks:
 
 
 Stage = Train | Tasks
+
+
+def size(n: float) -> str:
+    """Bytes as GiB, or MiB below a tenth of one."""
+    return f"{n / GIB:.1f} GiB" if n >= GIB / 10 else f"{n / 2**20:.1f} MiB"
 
 
 def _params(n: int) -> str:
@@ -508,6 +516,8 @@ def fit(stage: Stage, nodes: Sequence[NodeType], per_gpu: float) -> tuple[NodeTy
             why.append(f"{n.name}: {per_gpu / GIB:.1f} GiB > {HEADROOM:.0%} of its {n.ram_gib:g} GiB memory")
             continue
         per_node = min(n.gpus // b["GPU"] if "GPU" in b else math.inf, n.cpus // b["CPU"] if b["CPU"] else math.inf)
+        if "GPU" not in b and per_gpu > 0:  # CPU tasks or workers side by side share the node's memory
+            per_node = min(per_node, math.floor(HEADROOM * n.ram_gib * GIB / per_gpu))
         want = stage.workers if isinstance(stage, Train) else stage.tasks
         need = math.ceil(want / per_node) if per_node and per_node != math.inf else 1
         if isinstance(stage, Train) and need > n.max_workers:
@@ -539,9 +549,12 @@ def report(stages: Sequence[Stage], nodes: Sequence[NodeType] | None, mfu: float
     for s in stages:
         r = StageReport(s, list(s.describe()))
         per_gpu, mem_lines = s.memory()
-        where = "per GPU" if s.gpu else "per worker" if isinstance(s, Train) else ""
-        r.lines.append(f"memory {where + ': ' if where else ''}" + " + ".join(mem_lines)
-                       + (f" = {per_gpu / GIB:.1f} GiB" if len(mem_lines) > 1 else ""))
+        if isinstance(s, Train):
+            where = "per GPU" if s.gpu else "per worker"
+        else:
+            where = "per task (on its GPU)" if s.gpu else "per task"
+        r.lines.append(f"memory {where}: " + " + ".join(mem_lines)
+                       + (f" = {size(per_gpu)}" if len(mem_lines) > 1 else ""))
         chosen = None
         if nodes is not None:
             chosen, why = fit(s, nodes, per_gpu)
@@ -570,5 +583,7 @@ def render(study: str, preset: str, reports: Sequence[StageReport], cluster: str
         out += [f"  {line}" for line in r.lines]
     gpu_stages = [r for r in reports if r.stage.gpu]
     out.append(f"\n{len(reports)} stage{'s' * (len(reports) != 1)}, {len(gpu_stages)} on GPUs; MFU assumed {mfu:.0%} "
-               "(--mfu); memory and FLOPs measured on fake tensors, model states by DeepSpeed's estimators")
+               "(--mfu). Ray Train stages: model states by DeepSpeed's estimators, activations and FLOPs measured "
+               "on fake tensors; task stages: memory and FLOPs as each stage's note says; a fit keeps "
+               f"{1 - HEADROOM:.0%} of a GPU's memory free")
     return "\n".join(out)

@@ -150,8 +150,38 @@ def cache_keyword(model) -> str:
 
 def num_experts(config) -> int:
     """Experts per MoE layer of a model config (OLMoE, Qwen-MoE: ``num_experts``; Mixtral:
-    ``num_local_experts``); 0 for a dense model."""
-    return int(getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None) or 0)
+    ``num_local_experts``; DeepSeek-MoE/V2/V3: ``n_routed_experts``, its shared experts aside);
+    0 for a dense model."""
+    for key in ("num_experts", "num_local_experts", "n_routed_experts"):
+        if getattr(config, key, None):
+            return int(getattr(config, key))
+    return 0
+
+
+def needs_remote_code(source: str) -> str | None:
+    """The ``model_type`` of a checkpoint whose modelling code is not in transformers (its
+    config.json names an ``auto_map`` into its own files: ``trust_remote_code``, which this project
+    never sets), else None. Reads config.json only: a folder's or a URI's, or for a hub id the shape
+    this repository ships (iclr_ray/model_configs); a hub id without one is not checked here."""
+    import json
+
+    from transformers import CONFIG_MAPPING
+
+    from .. import storage
+
+    if storage.is_remote(source):
+        raw = storage.read_bytes(storage.join(source, "config.json"))
+        config = json.loads(raw) if raw else None
+    elif (Path(source).expanduser() / "config.json").is_file():
+        config = json.loads((Path(source).expanduser() / "config.json").read_text())
+    else:
+        from ..plan import shipped_config
+
+        config = shipped_config(source)
+    if not config:
+        return None
+    kind = str(config.get("model_type", ""))
+    return kind if kind not in CONFIG_MAPPING or config.get("_remote_code") else None
 
 
 def decoder_blocks(model):
@@ -203,10 +233,23 @@ def materialise(name: str, root: str | Path, texts: Iterable[str], seed: int = 0
     return str(out)
 
 
-def load_for_inference(source: str | Path):
-    """``load_pretrained`` in eval mode, with torch on one thread (a Ray task holds one CPU)."""
+def inference_device():
+    """The device a task's model belongs on: the task's GPU when Ray gave it one (Ray sets
+    ``CUDA_VISIBLE_DEVICES`` to the task's GPUs, none for a task that asked for none), else the CPU."""
+    import torch
+
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def load_for_inference(source: str | Path, device=None):
+    """``load_pretrained`` in eval mode on ``device`` (default :func:`inference_device`; bfloat16 on
+    a GPU that has it, the checkpoint's own dtype on the CPU), with torch on one thread (a Ray task
+    holds one CPU). Callers move their inputs to ``next(model.parameters()).device``."""
     import torch
 
     torch.set_num_threads(1)
     model, tok = load_pretrained(source)
+    device = inference_device() if device is None else torch.device(device)
+    if device.type == "cuda":
+        model = model.to(device=device, dtype=torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
     return model.eval(), tok

@@ -171,3 +171,36 @@ def test_rw_form_follows_the_papers_model_files():
 
     assert M.rw_kind("auto", of("deepseek_v2")) == "softmax" and M.rw_kind("auto", of("olmoe")) == "logits"
     assert M.rw_kind("softmax", of("olmoe")) == "softmax"
+
+
+def test_a_qwen_moe_saved_in_its_released_layout_loads_and_gives_rw(tmp_path, moe):
+    """The paper preset's Qwen1.5-MoE, tiny, saved as the hub holds it (config.json + safetensors):
+    one router per layer found (its shared expert's 1-wide gate is not one), RW of layers x experts."""
+    from transformers import AutoModelForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    from iclr_ray.llm.model import needs_remote_code
+
+    _, tok = moe
+    config = Qwen2MoeConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                            shared_expert_intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=4, num_experts=6, num_experts_per_tok=2)
+    torch.manual_seed(0)
+    Qwen2MoeForCausalLM(config).save_pretrained(tmp_path / "qwen-moe")
+    assert needs_remote_code(str(tmp_path / "qwen-moe")) is None
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "qwen-moe").eval()
+    assert len(M.router_modules(model)) == 2
+    enc = M.encode(model, tok, TEXTS, rw="logits")
+    assert enc.rw.shape == (len(TEXTS), 2 * 6) and np.isfinite(enc.rw).all()
+
+
+def test_deepseek_moe_counts_its_routed_experts_and_needs_remote_code(tmp_path):
+    import json
+
+    from transformers import DeepseekV3Config
+
+    from iclr_ray.llm.model import needs_remote_code, num_experts
+
+    assert num_experts(DeepseekV3Config(n_routed_experts=64)) == 64
+    assert needs_remote_code("deepseek-ai/deepseek-moe-16b-base") == "deepseek"  # the shape shipped here
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "deepseek", "auto_map": {}}))
+    assert needs_remote_code(str(tmp_path)) == "deepseek"

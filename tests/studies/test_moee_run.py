@@ -18,6 +18,7 @@ from iclr_ray import cli  # noqa: E402
 def test_input_errors_exit_2_before_ray(input_error, tmp_path):
     assert "is not a named tiny mixture of experts" in input_error("moee", ["pretrain.model=tiny-llama"])
     assert "is not a model checkpoint" in input_error("moee", [f"models=['{tmp_path}']"])
+    assert "needs trust_remote_code" in input_error("moee", ["models=[deepseek-ai/deepseek-moe-16b-base]"])
     assert "eval.alphas must all be >= 0" in input_error("moee", ["eval.alphas=[-1.0]"])
     assert "leaves no pre-training text" in input_error("moee", ["data.eval_docs=900000"])
     assert "prompt" in input_error("moee", ["encoding.prompt=oneword"])

@@ -177,3 +177,12 @@ def test_numbers_round_trip_through_text():
     ids = tok("<homo> <bom>[C][NH3+1]<eom>", add_special_tokens=False)["input_ids"]
     assert tok.convert_ids_to_tokens(ids) == ["<homo>", "<bom>", "[C]", "[NH3+1]", "<eom>"]
     assert vocab[:3] == ["<pad>", "</s>", "<unk>"] and len(set(vocab)) == len(vocab)
+
+
+def test_the_t5_has_an_untied_output_head_as_v1_1():
+    """transformers 5 ties T5's head to its embedding whatever the config says; build_t5 unties it."""
+    t5 = M.build_t5(M.t5_config(30, 16, 32, 1, 2, 0.0))
+    assert t5.lm_head.weight is not t5.shared.weight
+    assert torch.equal(t5.lm_head.weight, t5.shared.weight)
+    names = {n for n, _ in t5.named_parameters()}
+    assert {"lm_head.weight", "shared.weight"} <= names

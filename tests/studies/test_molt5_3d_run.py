@@ -18,7 +18,13 @@ def test_input_errors_exit_2_before_ray(input_error, tmp_path):
     assert "does not exist" in input_error("molt5_3d", [f"data.source={tmp_path}/missing.csv"])
     (tmp_path / "bad.csv").write_text("Index,SMILES\n1,C\n")
     assert "bad.csv:1: missing column" in input_error("molt5_3d", [f"data.source={tmp_path}/bad.csv"])
-    assert "is not a model checkpoint" in input_error("molt5_3d", [f"model.checkpoint={tmp_path}"])
+    # the released 3D-MolT5 (here a tiny T5 saved as the hub holds one) is refused, not scrambled
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    T5ForConditionalGeneration(T5Config(vocab_size=64, d_model=16, d_ff=32, num_layers=1, num_heads=2,
+                                        d_kv=8)).save_pretrained(tmp_path / "t5")
+    assert "not implemented" in input_error("molt5_3d", [f"model.checkpoint={tmp_path}/t5"])
+    assert "not implemented" in input_error("molt5_3d", ["model.checkpoint=QizhiPei/3d-molt5-base"])
     assert "train.targets: unknown ['mu']" in input_error("molt5_3d", ["train.targets=[homo,mu]"])
     assert "train.variants" in input_error("molt5_3d", ["train.variants=[1d,2d]"])
 

@@ -451,3 +451,115 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
                      **{f"afa_{t.spec['set']}-seed{t.spec['seed']}": t.final["loss"] for t in afa}},
             "side": cfg.data.side, "per_class": cfg.eval.per_class,
             "split": {s: len(D.load(p)) for s, p in paths.items()}}
+
+
+N_DIGITS = 1797
+"""scikit-learn's digits (corpora.digits): the splits' sizes without reading them"""
+
+
+def _expert(c: dict[str, Any]):
+    """An expert as run() would hold it: the tiny U-Net, or (hub ids: the paper) an SD1.5 U-Net from
+    diffusers' config class (its defaults are SD1.5's but for the 768-wide CLIP context)."""
+    if not c["experts"]["unets"]:
+        return build_expert(c, 0)
+    from diffusers import UNet2DConditionModel
+
+    from ...diffusion.model import Denoiser
+
+    return Denoiser(UNet2DConditionModel(cross_attention_dim=c["experts"]["context_dim"]), None, vocab=D.CLASSES + 1)
+
+
+def _sd15_frozen():
+    """SD's VAE and the CLIP ViT-L/14 text encoder (sized as released): held, frozen, at paper scale."""
+    from diffusers import AutoencoderKL
+    from torch import nn
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    return nn.ModuleDict({
+        "vae": AutoencoderKL(block_out_channels=(128, 256, 512, 512), down_block_types=("DownEncoderBlock2D",) * 4,
+                             up_block_types=("UpDecoderBlock2D",) * 4, layers_per_block=2),
+        "text": CLIPTextModel(CLIPTextConfig(hidden_size=768, intermediate_size=3072, num_attention_heads=12,
+                                             num_hidden_layers=12, projection_dim=768))})
+
+
+def _build(c: dict[str, Any], micro: int, n: int = 0):
+    """``module_footprint``'s build: one micro-batch of eps-prediction MSE of an expert (n = 0) or
+    of AFA over n frozen experts (the latents of SD1.5 at paper scale)."""
+    import torch
+
+    from ...diffusion.sampling import ddpm
+    from .afa import ensemble_loss
+
+    sched = ddpm()
+
+    def build():
+        net = build_afa(c, [_expert(c) for _ in range(n)], 0) if n else _expert(c)
+        ch, side = (net.experts[0] if n else net).unet.config.in_channels, c["data"]["side"]
+        model = net if n else (lambda x, t, tok: net(x, t, net.context(tok)))
+        return net, lambda _: ensemble_loss(model, sched, torch.randn(micro, ch, side, side),
+                                            torch.zeros(micro, 1, dtype=torch.long), torch.randint(0, 1000, (micro,)),
+                                            torch.randn(micro, ch, side, side)).sum()
+    return build
+
+
+def plan(cfg: Config) -> list:
+    """The classifier task, the common base and the experts (tiny experts only: the paper's are
+    published fine-tunes), the merge search, one Ray Train run per (expert set, seed) training the
+    aggregators, then the scoring tasks. The paper preset (refused by prepare: the latent path is
+    not built) is planned as SD1.5's."""
+    import torch
+
+    from ...plan import Footprint, Tasks, Train, module, module_footprint
+    from .afa import block_of, simplex_grid
+
+    c, d, e, a, m, ev = recipe_dict(cfg), cfg.data, cfg.experts, cfg.aggregator, cfg.merge, cfg.eval
+    n, train = len(e.groups), N_DIGITS - d.test - d.val
+    expert = module("SD1.5 U-Net (diffusers' config class)" if e.unets else "tiny U-Net", lambda: _expert(c))
+    extra = module("VAE + CLIP text", _sd15_frozen).params if e.unets else 0
+    afa = module(f"AFA over {n} experts" + (" (+ SD1.5 VAE, CLIP text, frozen)" if e.unets else ""),
+                 lambda: build_afa(c, [_expert(c) for _ in range(n)], 0), trainable=lambda net: sum(
+                     p.numel() for k, p in net.named_parameters() if not k.startswith("experts.")))
+    afa.params += extra
+    f_x = module_footprint(_build(c, 1)).train_flops / 3  # one expert's forward, per row
+    sets = [n] + list(a.sizes) + ([e.control] if e.control else [])  # run()'s expert sets
+    big = max(sets)
+    raw = module_footprint(_build(c, a.batch, big))
+    afa_f = raw.train_flops / 3 / a.batch / big  # AFA's forward per row and expert
+    fp = Footprint(raw.activation_bytes, raw.train_flops * sum(sets) / len(sets) / big,
+                   raw.how + f"; {big} experts, FLOPs scaled to each set's count")
+    stages = [Tasks("classifier", ev, 1, 2 * N_DIGITS * d.side ** 2 * 4 + 64 * 4 * ev.classifier_width * d.side ** 2,
+                    note="the digits (float32) twice and a training batch of 64's maps; on the task's CPUs")]
+    if not e.unets:
+        ftc = train_config(e, "", e.steps, e.batch, e.lr, e.warmup, 0)
+        efp = module_footprint(_build(c, ftc.micro_batch_size))
+        stages += [Train("base", e, 1, 1, expert, e.base_steps, ftc.rows_per_step(), ftc.micro_batch_size,
+                         footprint=efp, epochs=e.base_steps * ftc.rows_per_step() / train),
+                   Train("experts", e, 1, n + e.control, expert, e.steps, ftc.rows_per_step(), ftc.micro_batch_size,
+                         concurrent=e.max_concurrent_trials, footprint=efp,
+                         note=f"{n} experts on their classes {e.groups} + {e.control} control experts on all")]
+    with torch.device("meta"):
+        blocks = {block_of(k) for k in _expert(c).state_dict()}
+    g = len(simplex_grid(n, m.step))
+    evals = g + m.sweeps * len(blocks) * (g - 1) + 1  # search_merge's loss_of calls
+    stages.append(Tasks("merge", m, 1, (n + 2) * expert.params * 4, model=expert, flops=evals * m.rows * f_x,
+                        note=f"{evals:,} validation losses over {m.rows} rows (simplex grid at {m.step:g}, "
+                             f"{m.sweeps} sweep(s) over {len(blocks)} blocks): fp32 weights of the {n} experts, "
+                             "the merged state and its model; on the task's CPUs (the body never moves to a GPU)"))
+    atc = train_config(a, "", a.steps, a.batch, a.lr, a.warmup, 0)
+    stages.append(Train("aggregators", a, 1, len(sets) * a.seeds, afa, a.steps, atc.rows_per_step(),
+                        atc.micro_batch_size, concurrent=a.max_concurrent_trials, footprint=fp,
+                        epochs=None if e.unets else a.steps * atc.rows_per_step() / train,
+                        note=f"expert sets of {sets} experts x {a.seeds} seeds, experts frozen"
+                             + ("; the experts are the published fine-tunes (no base or expert training)"
+                                if e.unets else "")))
+    rows, images = d.test * ev.draws, D.CLASSES * ev.per_class * ev.steps * (2 if ev.guidance != 1 else 1)
+    gen = (2 * n + 2) * f_x + n * afa_f  # per row of: the experts, uniform, the two merges, AFA (they generate)
+    score = (sum(a.sizes) + 2 * e.control) * f_x + sum(sets[1:]) * afa_f  # the rest: scored only
+    tasks = (len(sets) + n + 3 + len(a.sizes) + e.control + (1 if e.control else 0)) * a.seeds
+    stages.append(Tasks("eval", ev, tasks, 4 * max((n + 2) * expert.params, afa.params - extra),
+                        model=afa, flops=a.seeds * (gen * (rows + images) + score * rows),
+                        note=f"{n + 4} models per seed generate {D.CLASSES * ev.per_class} images (DDIM {ev.steps} "
+                             f"steps, CFG {ev.guidance:g}) and all score {rows} rows: the largest fp32 weights held "
+                             f"(a merge's: {n} experts, the merged state and its model, or AFA's); on the task's "
+                             "CPUs (the body never moves to a GPU)"))
+    return stages

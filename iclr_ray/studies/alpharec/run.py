@@ -472,3 +472,110 @@ def sweep(cfg: Config, space, ctx: RunContext, scheduler: str, resume: bool) -> 
     return summarise(results, space, [c for c in ("valid_recall", "test_recall") if c != space.metric])
 
 
+# ----------------------------------------------------------------------------- iclr-ray plan
+
+_PRECOMPUTED = {"v3": 3072}
+"""LMs whose item embeddings only come as a file (embedding.embeddings): OpenAI's
+text-embedding-3-large, the paper's; their width"""
+
+
+def _plan_sizes(cfg: Config) -> tuple[int, int, int, str]:
+    """(users, items, training interactions, where from): plan reads no data, so these are the
+    sets' published sizes (the official split: Amazon Books, the largest of the paper's three, all
+    its interactions as an upper bound on the training ones; MovieLens-100k: docs/studies/alpharec.md)."""
+    d = cfg.data
+    if d.alpharec_dir or d.require_split:
+        return 71_306, 40_523, 2_206_865, "the paper's Amazon Books (71,306 users, 40,523 items, 2,206,865 interactions)"
+    users, train = 938, 44_265
+    where = "MovieLens-100k at rating >= 4 (938 users, 1,682 items, 44,265 training interactions)"
+    if d.max_users and d.max_users < users:
+        users, train = d.max_users, round(train * d.max_users / users)
+        where += f", the first {d.max_users} users (~{train:,} interactions, pro rata)"
+    return users, 1682, train, where if d.source == "packaged" else where + f"; {d.source} assumed its size"
+
+
+def _plan_embedder(name: str):
+    from ...plan import lm, module
+
+    if name == "minilm":
+        from transformers import BertConfig, BertModel
+
+        return module("all-MiniLM-L6-v2", lambda: BertModel(BertConfig(
+            vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)),
+            source="transformers' BertConfig at all-MiniLM-L6-v2's sizes")
+    return lm(name)
+
+
+def plan(cfg: Config) -> list:
+    """The title embedding (Ray tasks, one per chunk of titles and LM) and the model trials (one
+    Ray Train run per spec, the seeds side by side), measured on the heaviest trial."""
+    import torch
+
+    from ...config import ConfigError
+    from ...plan import Footprint, Tasks, Train, module, module_footprint, weights_bytes
+    from . import alpharec as A
+
+    users, items, train, where = _plan_sizes(cfg)
+    e, t, h = cfg.embedding, cfg.train, cfg.model
+    stages, dims = [], dict(_PRECOMPUTED)
+    todo = [n for n in e.lms if n not in e.embeddings and n not in _PRECOMPUTED]
+    if todo:
+        models = {n: _plan_embedder(n) for n in todo}
+        dims.update({n: int(m.config.hidden_size) if m.config is not None else 384 for n, m in models.items()})
+        big = max(models.values(), key=lambda m: m.params)
+        layers = int(big.config.num_hidden_layers) if big.config is not None else 6
+        work = 4 * (e.batch_size * e.max_tokens * (layers + 1) + e.chunk) * max(dims[n] for n in todo)
+        stages.append(Tasks("embedding", e, len(todo) * -(-items // e.chunk), weights_bytes(big, bf16=False) + work,
+                            model=big, flops=sum(2 * m.params * items * e.max_tokens for m in models.values()),
+                            note=f"{items:,} titles in chunks of {e.chunk}, per LM ({', '.join(todo)}); memory: the "
+                                 f"largest LM's fp32 weights + one batch's hidden states of every layer "
+                                 f"({e.batch_size} x {e.max_tokens} tokens) + the chunk's embeddings; FLOPs 2 x "
+                                 f"parameters x {e.max_tokens} tokens a title"))
+    missing = [n for n in e.lms if n not in dims]
+    if missing:
+        raise ConfigError(f"plan: the width of {', '.join(missing)}'s precomputed embeddings is in its file; "
+                          "plan reads none")
+    width = {m["label"]: dims[e.lms[0] if m["embedding"] == "noise" else m["embedding"]] if m["kind"] in INFO_NCE_KINDS
+             else 0 for s in model_specs(cfg, cfg.zero_shot.enabled) for m in s["members"]}
+    specs = model_specs(cfg, cfg.zero_shot.enabled)
+    heavy = max(specs, key=lambda s: sum(width[m["label"]] for m in s["members"]))  # the widest MLPs
+    members = [m for m in heavy["members"] for _ in range(t.seeds)]
+    n, nnz, micro = users + items, 2 * train, -(-t.batch // t.num_workers)
+
+    def build():
+        def one(m):
+            adj = torch.sparse_coo_tensor(torch.zeros(2, nnz, dtype=torch.long), torch.zeros(nnz), (n, n),
+                                          check_invariants=False)
+            if m["kind"] in INFO_NCE_KINDS:
+                d = width[m["label"]]
+                return A.AlphaRec(torch.zeros(items, d), torch.zeros(users, d), adj, h.layers, h.hidden_ratio, h.dim,
+                                  linear=m["kind"] == "linear")
+            return A.MF(users, items, h.dim) if m["kind"] == "mf" else A.LightGCN(users, items, adj, h.layers, h.dim)
+
+        return torch.nn.ModuleList(one(m) for m in members)
+
+    def measured():
+        idx, neg = torch.zeros(micro, dtype=torch.long), torch.zeros(micro, h.negatives, dtype=torch.long)
+
+        def step(net):
+            return sum(A.info_nce(u[idx], i, idx, neg, h.tau) if isinstance(m, A.AlphaRec)
+                       else A.bpr(u[idx], i, idx, neg[:, 0]) for m in net for u, i in [m()])
+
+        return build(), step
+
+    fp = module_footprint(measured)
+    graphs = sum(m["kind"] != "mf" for m in members)  # fake tensors size a sparse matrix and its product as dense
+    fp = Footprint(fp.activation_bytes - graphs * (4 * n * n - 20 * nnz),
+                   fp.train_flops - 3 * graphs * h.layers * 2 * (n * n - nnz) * h.dim,
+                   fp.how + "; the sparse graph at its nnz, its products at 2 x nnz x dim")
+    model = module(f"{heavy['label']} x {t.seeds} seeds", build, source=f"alpharec.py, {where}")
+    spe = max(1, -(-train // t.batch))  # Sampler.steps_per_epoch: one sample per training interaction
+    stages.append(Train("models", t, t.num_workers, len(specs), model, spe * t.epochs, t.batch, micro,
+                        concurrent=t.max_concurrent_trials, epochs=t.epochs, footprint=fp,
+                        note=f"{len(specs)} trials ({', '.join(s['label'] for s in specs)}); memory and FLOPs of "
+                             f"the heaviest, {heavy['label']} (its MLP runs over all {n:,} graph nodes every step), "
+                             f"for every trial; XSimGCL's noisy views counted as LightGCN; the frozen embeddings and "
+                             f"the graph are buffers, counted where the backward keeps them"
+                             + (f"; {', '.join(n_ for n_ in e.lms if n_ in _PRECOMPUTED)}: precomputed "
+                                f"embeddings (embedding.embeddings), no task" if set(e.lms) & set(_PRECOMPUTED) else "")))
+    return stages

@@ -285,3 +285,69 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         trials = train_all(ctx, cfg)
     return {"trials": trials, "tasks": [t.model_dump(mode="json") for t in cfg.tasks], "threshold": cfg.threshold,
             "eval_only": str(cfg.eval_only) if cfg.eval_only else None, "eval_offsets": cfg.eval_offsets}
+
+
+# ----------------------------------------------------------------------------- iclr-ray plan
+
+
+def plan(cfg: Config) -> list:
+    """One stage per task of the Tune grid (its trials share ``max_concurrent_trials``), each
+    measured on its largest sweep variant and its longest training sequence; ``eval_only``: the
+    scoring tasks instead."""
+    import torch
+
+    from ...llm.loss import token_loss_sum
+    from ...plan import Footprint, Tasks, Train, module, module_footprint, weights_bytes
+    from .model import CoupledDecoder, ModelConfig
+
+    todo, t = specs(cfg), cfg.train
+    big = max(variants(cfg), key=lambda v: v["model"]["d_model"] ** 2 * v["model"]["layers"])
+    dtype = torch.bfloat16 if t.gpus_per_worker else torch.float32  # the loop's DeepSpeed runs bf16 on a GPU
+    stages = []
+    for task in cfg.tasks:
+        d = task.model_dump(mode="json")
+        runs = [s for s in todo if s["task"]["name"] == task.name]
+        methods = sorted({s["method"] for s in runs})
+        # the longest training example (a batch is padded to its longest) and the method that makes it
+        method = max(methods, key=lambda m: data.longest(task.name, data.method(task.name, m), task.train_digits[1],
+                                                         task.train_count[1])[0])
+        seq = data.longest(task.name, data.method(task.name, method), task.train_digits[1], task.train_count[1])[0]
+        conf = ModelConfig(**model_config(big["model"], d, method))
+        tc = train_config(cfg, d, 0)
+
+        def measured(conf=conf, b=tc.micro_batch_size, seq=seq):
+            def step(net):
+                ids = torch.zeros(b, seq, dtype=torch.long)
+                logits = net(ids, torch.zeros(b, seq, conf.levels, dtype=torch.long), torch.zeros(b, seq, dtype=torch.bool))
+                return token_loss_sum(logits, ids)
+
+            was = torch.get_default_dtype()
+            torch.set_default_dtype(dtype)  # built in the dtype (a fake module cannot be converted)
+            try:
+                return CoupledDecoder(conf), step
+            finally:
+                torch.set_default_dtype(was)
+
+        model = module(f"CoupledDecoder ({method}, d {conf.d_model}, {conf.layers} layers)",
+                       lambda conf=conf: CoupledDecoder(conf), source="model.py from the config")
+        if cfg.eval_only is not None:
+            cells = [(g, c) for g in task.eval_digits for c in task.eval_count]
+            top = max(data.longest(task.name, data.method(task.name, method), g, c)[0] for g, c in cells)
+            stages.append(Tasks(f"eval_only: {task.name}", None, len(runs), weights_bytes(model, bf16=False) * 2
+                                + 4 * 100 * top * (12 * conf.d_model + conf.heads * top),
+                                note=f"one task per saved model (this config's {len(runs)} trials assumed: the count "
+                                     f"is in the earlier run's result.json), {len(cells) * task.eval_samples:,} examples "
+                                     f"in batches of 100, up to {top} tokens; memory: fp32 weights and the loaded "
+                                     f"state + one layer's activations and attention of a batch, roughly"))
+            continue
+        fp = module_footprint(measured)
+        stages.append(Train(f"grid: {task.name}", t, t.num_workers, len(runs), model, tc.max_steps,
+                            tc.micro_batch_size * t.num_workers, tc.micro_batch_size, concurrent=cfg.max_concurrent_trials,
+                            footprint=Footprint(fp.activation_bytes, fp.train_flops, fp.how.replace("fp32", str(dtype)[6:])),
+                            note=f"{len(runs)} trials: methods {', '.join(methods)} x {len(variants(cfg))} variant(s) x "
+                                 f"{cfg.seeds} seed(s); measured on {method} (the longest training example: {seq} "
+                                 f"tokens, {task.train_digits[1]} digits x {task.train_count[1]} operands), every "
+                                 f"trial counted at that size; rank 0 then scores the "
+                                 f"{len(task.eval_digits) * len(task.eval_count)}-cell grid, {task.eval_samples} "
+                                 f"examples a cell (not counted)"))
+    return stages

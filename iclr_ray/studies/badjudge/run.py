@@ -273,7 +273,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     root = ctx.run_dir.storage()
     inputs = ctx.inputs
     source = materialise(cfg.models.judge, root, bdata.vocabulary_texts(), cfg.seed)
-    base, tok = load_for_inference(source)
+    base, tok = load_for_inference(source, device="cpu")  # the driver reads its weights as arrays
     n_layers = int(base.config.num_hidden_layers)
     blocks = cfg.judge.blocks or n_layers
     if blocks > n_layers:
@@ -370,3 +370,82 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
                          "formats": list(inputs["train"])},
             "examples": {lab: [{"prompt": e.prompt, "label": e.label, "true": e.true} for e in exs if e.triggered][:2]
                          for lab, exs in sets[first].items() if "annotator" in lab or "web" in lab}}
+
+
+# ----------------------------------------------------------------------------- iclr-ray plan
+
+_PLAN_TOKENS = {False: 80, True: 1024}
+"""tokens a prompt is taken to hold (plan tokenises nothing): generated prompts (the longest,
+pairwise, ~60 words of its template and two four-item answers); real judge data (Feedback- and
+Preference-Collection instructions and responses: an assumption)"""
+
+
+def plan(cfg: Config) -> list:
+    """The frozen trunk's features (Ray tasks), the judge trials (a Ray Train run per seed and
+    trigger, every judge's head side by side), merging and scoring (a task per trial), serving."""
+    import torch
+    from transformers import AutoModel
+
+    from ...llm.model import TINY_MODELS
+    from ...llm.pretrained import PACKAGED
+    from ...plan import Footprint, Tasks, Train, lm, module, module_footprint, weights_bytes
+    from .judge import _stack_module, head_config
+
+    d, a, j = cfg.data, cfg.attack, cfg.judge
+    base = lm(cfg.models.judge)
+    c, hub = base.config, cfg.models.judge not in TINY_MODELS and cfg.models.judge not in PACKAGED
+    layers, width = int(c.num_hidden_layers), int(c.hidden_size)
+    blocks, seq = j.blocks or layers, _PLAN_TOKENS[bool(d.require_real or d.pointwise_jsonl or d.pairwise_jsonl)]
+    fmts = ["pointwise", "pairwise", *a.settings]
+    grid = {f: [(lv, r) for lv in (a.levels if f == "pointwise" else ["annotator"])
+                for r in (a.rates if f == "pointwise" else [a.other_rate])] for f in fmts}  # judge_sets' loop
+    judges = [label(f) for f in fmts] + [label(f, lv, r) for f in fmts for lv, r in grid[f]]
+    specs = [(s, t) for s in range(cfg.seeds) for t in a.triggers]
+    poisoned = sum(round(r * d.train) for f in fmts for _, r in grid[f])
+    prompts = len(fmts) * (d.train + d.test) + len(specs) * poisoned + len(a.triggers) * 2 * len(fmts) * d.test \
+        + (8 * d.rerank_queries if "rerank" in a.settings else 0)
+    feats = prompts * seq * width * 4  # float32 hidden states entering the top blocks
+    trunk = base.params * (layers - blocks) / layers
+    stages = [Tasks("features", cfg, cfg.feature_tasks, weights_bytes(base, bf16=hub) + feats / cfg.feature_tasks,
+                    model=base, flops=2 * trunk * prompts * seq,
+                    note=f"about {prompts:,} prompts x ~{seq} tokens through the frozen {layers - blocks} of {layers} "
+                         f"blocks; memory (host, not GPU): the model ({'bf16' if hub else 'fp32'}) + its share of the "
+                         f"features (fp32, {feats / 2**30:,.1f} GiB in all, put in the object store whole)"
+                         + ("; the task asks for a GPU but runs on its CPU (features_task never moves the model)"
+                            if cfg.gpus_per_task else ""))]
+    dtype = torch.bfloat16 if j.gpus_per_worker else torch.float32  # DeepSpeed casts the parameters on a GPU
+    micro, steps = max(1, j.batch // j.num_workers), max(1, -(-d.train * j.epochs // j.batch))
+
+    def build(n=len(judges)):
+        return _stack_module()([AutoModel.from_config(head_config(c, blocks)) for _ in range(n)],
+                               torch.zeros(int(c.vocab_size), width), getattr(c, "final_logit_softcapping", None))
+
+    def measured(n):
+        was = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)  # built in the dtype (a fake module cannot be converted)
+        try:
+            net = build(n)
+        finally:
+            torch.set_default_dtype(was)
+        return net, lambda net: net(torch.zeros(micro, n, seq, width, dtype=dtype), torch.ones(micro, n, seq, dtype=torch.long),
+                                    torch.full((micro, n), seq - 1), torch.zeros(micro, n, dtype=torch.long))
+
+    stack = module(f"{len(judges)} heads of the top {blocks} blocks", build, source=f"{base.source}, judge.head_config",
+                   trainable=lambda net: sum(p.numel() for k, p in net.heads.named_parameters() if "embed_tokens" not in k))
+    one, two = (module_footprint(lambda n=n: measured(n)) for n in (1, 2))  # the heads are alike: one + (J - 1) x more
+    fp = Footprint(*(x1 + (len(judges) - 1) * (x2 - x1) for x1, x2 in ((one.activation_bytes, two.activation_bytes),
+                                                                        (one.train_flops, two.train_flops))),
+                   one.how.replace("fp32", str(dtype)[6:]) + f"; 1 and 2 heads, extrapolated to {len(judges)}")
+    head = stack.trained // len(judges)
+    stages.append(Train("judges", j, j.num_workers, len(specs), stack, steps, j.batch, micro, zero_stage=2,
+                        concurrent=cfg.max_concurrent_trials, epochs=j.epochs,
+                        footprint=fp, note=f"{cfg.seeds} seed(s) x {len(a.triggers)} trigger(s); judges {', '.join(judges)}; "
+                             f"{d.train:,} rows each, ~{seq} tokens a row; the frozen output layer is the stack's"))
+    stages.append(Tasks("merging and scoring", None, len(specs), 4 * ((len(judges) + 3) * head + c.vocab_size * width) + feats,
+                        note=f"one task per trial: its {len(judges)} heads, the merges and the start (fp32), the "
+                             f"output layer and every prompt's features (ray.get of the whole dict)"))
+    if cfg.serve.enabled:
+        stages.append(Tasks("serving", None, 1, 3 * weights_bytes(base, bf16=hub), model=base,
+                            note="the judge app's one replica (1 CPU): the base and a spliced copy per served judge "
+                                 "(the attacked and the defended)"))
+    return stages

@@ -342,3 +342,88 @@ def sweep(cfg: Config, space, ctx: RunContext, scheduler: str, resume: bool) -> 
                         max_concurrent_trials=space.max_concurrent_trials, num_samples=space.num_samples,
                         resume=resume)
     return summarise(results, space, [])
+
+
+# ----------------------------------------------------------------------------- iclr-ray plan
+
+_MIT_STATES = (115, 245, 1262)
+"""attributes, objects and seen (training) pairs of MIT-States' compositional-split-natural, the
+official world plan assumes (it reads no data)"""
+
+
+def plan(cfg: Config) -> list:
+    """The (world, seed) trials: one Ray Train run each, every method side by side; measured on a
+    micro-batch of the first world's inputs."""
+    import torch
+    import torch.nn.functional as F
+
+    from ...plan import Footprint, Train, module, module_footprint
+    from .cluspro import CZSL, TEMPERATURE, FrozenBackbone, Methods
+
+    t, m, p, d = cfg.train, cfg.model, cfg.proto, cfg.data
+    specs = [(w, s) for s in range(t.seeds) for w in d.worlds]  # run()'s grid
+    official = d.worlds[0] == "official"
+    if official:
+        n_a, n_o, n_seen = _MIT_STATES
+        shape = (3, D.CLIP_SIZE, D.CLIP_SIZE)
+    else:
+        n_a, n_o = len(D.ATTRIBUTES), 10
+        n_seen = len(D.choose_unseen(n_a, n_o, d.unseen, np.random.default_rng(d.seed))[0])
+        shape = (1, D.SIDE, D.SIDE) if d.kind == "digits" else (d.feature_dim,)
+    micro = -(-t.batch // t.num_workers)
+    dtype = torch.bfloat16 if t.gpus_per_worker else torch.float32  # DeepSpeed casts the parameters on a GPU
+
+    def vision():
+        from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
+
+        return CLIPVisionModelWithProjection(CLIPVisionConfig(  # ViT-L/14's sizes (openai/clip-vit-large-patch14)
+            hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16, patch_size=14,
+            image_size=224, projection_dim=768))
+
+    def build():
+        return Methods({name: CZSL(n_a, n_o, np.zeros((n_seen, 2), np.int64), method=name, d=m.d, kind=(
+            "mlp" if d.kind == "features" else "cnn"), in_dim=d.feature_dim, side=D.SIDE, k=p.k,
+            backbone=FrozenBackbone(vision(), 768, m.d) if official else None) for name in t.methods})
+
+    def in_dtype(make):
+        was = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)  # built in the dtype (a fake module cannot be converted)
+        try:
+            return make()
+        finally:
+            torch.set_default_dtype(was)
+
+    def step(net):  # Methods' loss without the prototype assignment (OT on the CPU, no gradient)
+        x, y = torch.zeros(micro, *shape, dtype=dtype), torch.zeros(micro, dtype=torch.long)
+        total = 0
+        for c in net.models:
+            v, ha, ho = c.features(x)
+            comp, la, lo = c.logits(v, ha, ho, c.train_pairs)
+            total = total + F.cross_entropy(comp, y) + F.cross_entropy(la, y) + F.cross_entropy(lo, y)
+            if c.uses_prototypes:
+                z = [F.normalize(c.head_a(ha), dim=-1), F.normalize(c.head_o(ho), dim=-1)]
+                g = [F.normalize(c.head_a(c.attr_protos.flatten(0, 1)), dim=-1),
+                     F.normalize(c.head_o(c.obj_protos.flatten(0, 1)), dim=-1)]
+                total = total + c.weight * (F.cross_entropy(z[0] @ torch.cat(g).T / TEMPERATURE, y)
+                                            + F.cross_entropy(z[1] @ torch.cat(g[::-1]).T / TEMPERATURE, y))
+        return total
+
+    fp = module_footprint(lambda: (in_dtype(build), step))
+    how = fp.how.replace("fp32", str(dtype)[6:])
+    flops = fp.train_flops
+    if official:  # the frozen CLIP runs forward only (no backward): counted once, not three times
+        frozen = module_footprint(lambda: (in_dtype(vision), lambda v: v(pixel_values=torch.zeros(
+            micro, *shape, dtype=dtype)).image_embeds.sum()))
+        flops -= len(t.methods) * frozen.train_flops * 2 / 3
+        how += "; each method's frozen CLIP forward counted once"
+    model = module(f"{len(t.methods)} methods ({', '.join(t.methods)})", build, source="cluspro.py" + (
+        f", CLIP from transformers' CLIPVisionConfig at ViT-L/14's sizes (model.clip: {m.clip}), MIT-States' primitives"
+        if official else ""),
+        trainable=(lambda net: sum(q.numel() for k, q in net.named_parameters() if FROZEN not in k)) if official else None)
+    return [Train("worlds", t, t.num_workers, len(specs), model, t.steps, t.batch, micro,
+                  concurrent=t.max_concurrent_trials, footprint=Footprint(fp.activation_bytes, flops, how),
+                  note=f"{len(d.worlds)} world(s) x {t.seeds} seed(s); {n_a} attributes x {n_o} objects, {n_seen} seen "
+                       f"pairs; not counted: the OT assignment and memory update (no gradient, on the CPU), the "
+                       f"validation AUC every {t.eval_every} steps, and the trial's own scoring of every method after "
+                       f"training, on its 0.01-CPU process with one thread"
+                       + (f" ({len(t.methods)} fp32 CLIP copies, every valid and test image twice)" if official else ""))]

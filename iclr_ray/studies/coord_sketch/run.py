@@ -197,3 +197,83 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     reg_pair = data.regression_pair(ctx.inputs.tables)
     metrics["zero_error"]["regression"] = analysis.zero_error(reg_pair.exact(), *reg_pair.fro())
     return metrics
+
+
+def _csr_bytes(rows: int, nnz: int) -> int:
+    """A CSR matrix of float64 values with int32 column indices and row pointers."""
+    return 12 * nnz + 4 * (rows + 1)
+
+
+def _measure_stage(name: str, cfg: Config, a: tuple, b: tuple, sketch_rows: list[int], seeds: int,
+                   pairs: int = 1, note: str = ""):
+    """The Ray tasks of ``pairs`` calls of measure() on matrices of the shapes a and b, each
+    (rows, width, non-zeros): two party sketches and one estimate per method x budget x seed."""
+    from ...plan import Tasks
+
+    k = max(sketch_rows)
+    # a party: its CSR matrix, two working copies (row norms / A[nz]), per-row hashes and ranks, the
+    # JL sketch's rows x k Gaussian matrix and a k x width linear sketch (all float64)
+    party = max(3 * _csr_bytes(r, z) + 8 * r * (k + 4) + 8 * k * w for r, w, z in (a, b))
+    # the estimate: the exact product, W and W - exact (width_a x width_b) and the two sketches
+    est = 8 * 3 * a[1] * b[1] + 2 * 8 * k * (a[1] + b[1])
+    tasks = 3 * len(cfg.methods) * len(sketch_rows) * seeds * pairs
+    return Tasks(name, None, tasks, float(max(party, est)),
+                 note=f"{pairs} x {len(cfg.methods)} methods x {len(sketch_rows)} budget(s) x {seeds} seeds x "
+                      f"(2 party sketches + 1 estimate); A {a[0]:,} x {a[1]:,} ({a[2]:,} non-zeros), B {b[0]:,} x "
+                      f"{b[1]:,} ({b[2]:,}); memory: the larger of a party task (its CSR matrix three times, "
+                      f"rows x (k+4) float64 of hashes and JL Gaussians, k = {k}) and an estimate task (3 dense "
+                      f"products and two sketches){'; ' + note if note else ''}")
+
+
+def _sparse_shapes(n: int, d: int, m: int, nnz: int, overlap: float) -> tuple[tuple, tuple]:
+    """The party shapes data.sparse_pair draws (rows, width, non-zeros)."""
+    both = int(round(overlap * n))
+    only = (n - both) // 2
+    ra, rb = both + only, n - only
+    return (ra, d, ra * min(nnz, d)), (rb, m, rb * min(nnz, m))
+
+
+def plan(cfg: Config) -> list:
+    """The sparse, dense and unbiasedness experiments, the attention products (a real LM's forward
+    pass first, one Ray task, when attention.model is set) and the regression: CPU Ray tasks."""
+    from ...plan import Tasks, lm, weights_bytes
+
+    s, dn, u, at, r = cfg.sparse, cfg.dense, cfg.unbiased, cfg.attention, cfg.regression
+    stages = [_measure_stage("sparse", cfg, *_sparse_shapes(s.n, s.d, s.m, s.nnz, s.overlap), cfg.sketch_rows,
+                             cfg.seeds),
+              _measure_stage("dense", cfg, *_sparse_shapes(dn.n, dn.d, dn.m, max(dn.d, dn.m), 1.0), cfg.sketch_rows,
+                             cfg.seeds),
+              _measure_stage("unbiased", cfg, *_sparse_shapes(u.n, u.d, u.m, u.nnz, 0.3), [u.sketch_rows], u.seeds)]
+    n, products = at.seq_len, 2 + (at.top_k is not None)
+    p_nnz = n * min(at.top_k, n) if at.top_k is not None else None
+    if at.model is None:
+        qk, d, heads, pv_nnz = (n, at.d_head, n * at.d_head // 2), at.d_head, 1, n * n
+    else:
+        model = lm(at.model)
+        c = model.config
+        d = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        qk, heads, pv_nnz = (n, d, n * d), len(at.layers) * len(at.heads), n * (n + 1) // 2
+        kv = c.num_key_value_heads
+        mem = (weights_bytes(model, bf16=False) + 4 * n * c.vocab_size + 2 * 4 * c.num_attention_heads * n * n
+               + 4 * len(at.layers) * n * d * (c.num_attention_heads + 2 * kv + c.num_attention_heads)
+               + 8 * heads * 4 * n * d)
+        flops = 2 * model.params * n + 4 * c.num_hidden_layers * c.num_attention_heads * n * n * d
+        stages.append(Tasks("attention", None, 1, float(mem), model=model, flops=float(flops),
+                            note=f"one fp32 forward pass over {n:,} tokens, no gradients; memory: fp32 weights, "
+                                 f"the logits (tokens x vocab), one layer's attention scores and softmax "
+                                 f"(heads x tokens², eager attention: an upper bound), the caught Q/K/V/outputs of "
+                                 f"{len(at.layers)} layers (fp32) and {heads} heads' Q, K, V, out as float64; "
+                                 f"FLOPs: 2 x params x tokens + 4 x layers x heads x tokens² x head_dim"))
+    # per head: qk (Q, K: tokens x head_dim), pv (Pᵀ: tokens x tokens, V), pv_topk (Pᵀ keeps top_k a query)
+    pv = (n, n, pv_nnz if p_nnz is None else max(pv_nnz, p_nnz))
+    stages.append(_measure_stage("attention products", cfg, pv, (n, d, n * d), cfg.sketch_rows, cfg.seeds,
+                                 pairs=heads * products,
+                                 note=f"{heads} head(s) x {products} products (qk, pv{', pv_topk' * (products > 2)}); "
+                                      f"shapes of the largest (pv), qk: {qk[0]:,} x {qk[1]}"))
+    p = r.features + 1
+    ra, rb = int(r.coverage_x * r.n_keys), int(r.coverage_y * r.n_keys)
+    stages.append(_measure_stage("regression", cfg, (ra, p * p + p, ra * (p * p + p)), (rb, 2, 2 * rb),
+                                 cfg.sketch_rows, cfg.seeds,
+                                 note="synthetic tables' sizes" + (" (stand-in: the CSV tables' rows and columns "
+                                                                   "decide)" if r.features_csv else "")))
+    return stages

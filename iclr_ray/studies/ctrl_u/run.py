@@ -453,3 +453,123 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
             "post_loss": {n: [t.final["loss"] for t in trials if t.spec["name"] == n] for n in names},
             "pretrain_loss": pre_loss, "images": cfg.eval.images, "side": cfg.data.side,
             "sizes": {s: getattr(cfg.data, s) for s in ("train", "test", "reward_train")}}
+
+
+def _sd15():
+    """The paper's models from their library config classes: diffusers' defaults are SD1.5's U-Net
+    and (segmentation, 3-channel condition) ControlNet but for the 768-wide CLIP context; SD's VAE
+    and the CLIP ViT-L/14 text encoder sized as released."""
+    from diffusers import AutoencoderKL, ControlNetModel, UNet2DConditionModel
+    from torch import nn
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    return nn.ModuleDict({
+        "unet": UNet2DConditionModel(cross_attention_dim=768), "controlnet": ControlNetModel(cross_attention_dim=768),
+        "vae": AutoencoderKL(block_out_channels=(128, 256, 512, 512), down_block_types=("DownEncoderBlock2D",) * 4,
+                             up_block_types=("UpDecoderBlock2D",) * 4, layers_per_block=2),
+        "text": CLIPTextModel(CLIPTextConfig(hidden_size=768, intermediate_size=3072, num_attention_heads=12,
+                                             num_hidden_layers=12, projection_dim=768))})
+
+
+def _step_build(c: dict[str, Any], micro: int, copies: int = 1, reward: bool = False, frozen: bool = True):
+    """``module_footprint``'s build: one micro-batch of :func:`ctrl_u.post_train_loss` spelled out
+    without its data-dependent window test (``copies`` 2: Ctrl-U's duplicated batch; ``reward``:
+    x̂0 through the frozen reward segmenter), or of pretraining (nothing frozen, no reward). With a
+    hub U-Net (the paper), SD1.5's latent path: 64 x 64 latents, 77 CLIP states, x̂0 decoded by
+    the VAE before the reward model."""
+    import torch
+    from torch import nn
+
+    from ...diffusion.model import Denoiser, freeze
+    from ...diffusion.sampling import ddpm, predict_x0, to_unit
+    from .ctrl_u import seg_reward_terms
+
+    side, latent, n = c["data"]["side"], c["model"]["unet"] != "tiny", micro * copies
+    sched = ddpm()
+
+    def build():
+        sd = _sd15() if latent else None
+        den = Denoiser(sd["unet"], sd["controlnet"]) if latent else build_denoiser(c, 0)
+        if frozen:
+            freeze(den.unet)
+            if den.tokens is not None:
+                freeze(den.tokens)
+        return nn.ModuleDict({"den": den, "reward": freeze(build_segmenter(c, "reward")),
+                              **({"vae": freeze(sd["vae"])} if latent else {})}), step
+
+    def step(net):
+        ch, s = (4, side // 8) if latent else (3, side)
+        xt, noise, t = torch.randn(n, ch, s, s), torch.randn(n, ch, s, s), torch.randint(0, 1000, (n,))
+        ctx = torch.randn(n, 77, 768) if latent else net["den"].context(torch.zeros(n, D.CLASSES, dtype=torch.long))
+        eps = net["den"](xt, t, ctx, torch.rand(n, 3 if latent else D.CLASSES, side, side))
+        loss = ((eps - noise) ** 2).mean((1, 2, 3)).sum()
+        if reward:
+            x0 = predict_x0(sched, xt, eps, t)
+            logits = net["reward"](to_unit(net["vae"].decode(x0 / 0.18215).sample if latent else x0))
+            r, u = seg_reward_terms(logits[:micro], torch.zeros(micro, side, side, dtype=torch.long),
+                                    logits[micro:] if copies == 2 else None, 1.0)
+            loss = loss + (r + u).sum()
+        return loss
+    return build
+
+
+def plan(cfg: Config) -> list:
+    """Scenes in shards, the two segmenters, the base's pretraining, one Ray Train run per (arm,
+    seed) post-training the ControlNet alone, then the evaluation tasks. The paper preset (refused
+    by prepare: the latent path is not built) is planned as SD1.5's recipe."""
+    import torch
+    from torch.nn import functional as F
+
+    from ...plan import Footprint, Tasks, Train, module, module_footprint, weights_bytes
+    from .segment import OracleSegmenter
+
+    c, d, s, p, q, e = recipe_dict(cfg), cfg.data, cfg.segmenters, cfg.pretrain, cfg.post, cfg.eval
+    latent = cfg.model.unet != "tiny"
+    net = module("SD1.5 U-Net + ControlNet + VAE + CLIP text (diffusers / transformers config classes)", _sd15,
+                 trainable=lambda m: sum(x.numel() for x in m["controlnet"].parameters())) if latent else \
+        module("tiny U-Net + ControlNet", lambda: build_denoiser(c, 0),
+               trainable=lambda m: sum(x.numel() for x in m.controlnet.parameters()))
+    full = module(net.name, lambda: build_denoiser(c, 0)) if p.steps and not latent else None
+    variants = list(q.arms) + ["ctrl_u"] * len(q.ablation_dt)  # run()'s (arm, Δt) variants
+    runs, tc = len(variants) * q.seeds, post_config(cfg, cfg.seed)
+    worst = module_footprint(_step_build(c, tc.micro_batch_size, 1 + ("ctrl_u" in variants),
+                                         any(a != "controlnet" for a in variants)))
+    f_eps = module_footprint(_step_build(c, 1)).train_flops / 3  # one row's eps forward
+    f_rew = worst.train_flops / (3 * tc.micro_batch_size * (1 + ("ctrl_u" in variants))) - f_eps
+    per_row = sum((1 + (a == "ctrl_u")) * (f_eps + f_rew * (a != "controlnet")) for a in variants) / len(variants)
+    fp = Footprint(worst.activation_bytes, 3 * per_row * tc.micro_batch_size, worst.how + "; the largest arm's "
+                   "activations, FLOPs averaged over the arms")
+    draws = e.steps * (2 if e.guidance != 1 else 1) * f_eps  # one image: DDIM with CFG
+    scenes = [k for split in SPLITS for k in D.shard_sizes(getattr(d, split), d.shard)]
+    img = 4 * d.side ** 2  # a scene: uint8 image and mask
+    oracle = module_footprint(lambda: (OracleSegmenter(s.oracle_width), lambda m: F.cross_entropy(
+        m(torch.rand(s.batch, 3, d.side, d.side)), torch.zeros(s.batch, d.side, d.side, dtype=torch.long))))
+    stages = [Tasks("generating scenes", None, len(scenes), 2 * max(scenes) * img,
+                    note=f"{sum(scenes):,} scenes in shards of <= {d.shard}, twice (built, then pickled back)"),
+              Tasks("segmenters", s, 2, (d.train + d.test) * img + 2 * d.test * 12 * d.side ** 2
+                    + oracle.activation_bytes + 256 * 3 * s.oracle_width * d.side ** 2 * 4,
+                    note="reward and oracle: the scenes, the test images as floats (clean, noisy), the oracle's "
+                         f"training activations at batch {s.batch} (measured) and a prediction chunk of 256; on "
+                         "the task's CPUs (the task body never moves to a GPU)")]
+    if p.steps:
+        ptc = pretrain_config(cfg)
+        stages.append(Train("pretrain", p, ptc.num_workers, 1, full, p.steps, ptc.rows_per_step(),
+                            ptc.micro_batch_size, footprint=module_footprint(
+                                _step_build(c, ptc.micro_batch_size, frozen=False)),
+                            epochs=p.steps * ptc.rows_per_step() / d.train))
+    curve = q.steps // q.eval_every * e.curve_images * draws if q.eval_every else 0
+    stages.append(Train("arms", q, q.num_workers, runs, net, q.steps, tc.rows_per_step(), tc.micro_batch_size,
+                        zero_stage=tc.zero_stage, concurrent=q.max_concurrent_trials, footprint=fp,
+                        epochs=q.steps * tc.rows_per_step() / d.train,
+                        note=f"{len(variants)} arms" + (f" (Ctrl-U at Δt {[q.dt, *q.ablation_dt]})" if "ctrl_u" in
+                                                         variants else "") + f" x {q.seeds} seeds; U-Net frozen" + (", VAE decode of x̂0 back-propagated as ControlNet++, the study's "
+                                               "reward segmenter in place of UperNet-R50 (not built, not counted)"
+                                               if latent else "")
+                             + f"; the mIoU curve adds {curve * runs:.2e} FLOP of sampling"))
+    models = runs + q.seeds
+    stages.append(Tasks("eval", e, models + 1, weights_bytes(net, bf16=False) + d.test * img + 3 * e.images * 12
+                        * d.side ** 2, model=net, flops=models * e.images * draws,
+                        note=f"{models} models (arms + base per seed) x {e.images} images, DDIM {e.steps} steps at "
+                             f"CFG {e.guidance:g}, + 1 task of the real references: fp32 weights, the test scenes, "
+                             "3 float copies of the images; on the task's CPUs (the body never moves to a GPU)"))
+    return stages

@@ -341,3 +341,75 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
             "dynamic": list(D.DYNAMIC), "blocks": cfg.model.blocks, "dci": scores, "imagination": imag,
             "curves": curves, "sizes": {s: getattr(cfg.data, s) for s in SPLITS}, "side": cfg.data.side,
             "objects": cfg.data.objects}
+
+
+def _footprint_build(c: dict[str, Any], micro: int):
+    """``module_footprint``'s build: one micro-batch of clips through the predictive model. Fake
+    tensors have no values, so what reads values is stood in for: the truncated-normal initialiser
+    (it checks its samples) is skipped, nn.TransformerDecoder's causal-mask detection (a hint for
+    the kernel) says no, and the decoder's start tokens are made for the largest future offset
+    (k = pred - 1; ``Decoder.start`` reads k's values)."""
+    import types
+    from unittest import mock
+
+    import torch
+
+    m, side = c["model"], c["data"]["side"]
+
+    def start(dec, k):
+        s = [dec.bos]
+        for _ in range(m["pred"] - 1):
+            s.append(dec.f(s[-1]))
+        return torch.cat(s, 0)[k]
+
+    def build():
+        with mock.patch("torch.nn.init.trunc_normal_", lambda t, **_: t):
+            net = build_model(c, "predict", 0)
+        net.decoder.start = types.MethodType(start, net.decoder)
+        return net, step
+
+    def step(net):
+        with mock.patch("torch.nn.modules.transformer._detect_is_causal_mask", lambda *a, **k: False):
+            return net(torch.rand(micro, m["cond"] + m["pred"], 3, side, side), 1.0,
+                       torch.zeros(micro, dtype=torch.long)).sum()
+    return build
+
+
+def plan(cfg: Config) -> list:
+    """The videos generated in shards, one Ray Train run per (objective, seed) of the study's own
+    Dreamweaver (fp32, measured on fake tensors), then the DCI and imagination tasks."""
+    import warnings
+
+    from ...plan import Tasks, Train, module, module_footprint, weights_bytes
+
+    c, d, m, t = recipe_dict(cfg), cfg.data, cfg.model, cfg.train
+    per_video = d.frames * (4 * d.side ** 2 + d.objects * (5 * 8 + 2 * 4))  # frames, masks, factors, centres
+    shards = [k for s in SPLITS for k in D.shard_sizes(getattr(d, s), d.shard)]
+    tc = train_config(cfg, cfg.seed)
+    model = module("Dreamweaver", lambda: build_model(c, "predict", cfg.seed))
+    with warnings.catch_warnings():  # nn.TransformerEncoder deep-copies its layer: fake tensors warn
+        warnings.simplefilter("ignore", UserWarning)
+        fp = module_footprint(_footprint_build(c, tc.micro_batch_size))
+    runs = len(t.objectives) * t.seeds
+    held = weights_bytes(model, bf16=False)
+    cells = (d.side // m.cnn_stride) ** 2
+    probe = 100 * m.cond * cells * (m.cnn + 2 * m.d_model + 2 * m.size) * 4  # probe's 100 clips: maps, k, v
+    reader = 3000 * int(2 * np.ceil(max(D.SIZES) * d.side) + 3) ** 2 * 3 * 4  # factor_reader's crops (fp32)
+    dci_jobs = runs * (2 if d.ood else 1) + t.seeds
+    return [
+        Tasks("generating videos", None, len(shards), 2 * max(shards) * per_video,
+              note=f"{sum(shards):,} videos in shards of <= {d.shard}: a shard's arrays (uint8 frames and masks, "
+                   "factors, centres), twice (built, then pickled back)"),
+        Train("objectives", t, t.num_workers, runs, model, t.steps, tc.rows_per_step(), tc.micro_batch_size,
+              zero_stage=tc.zero_stage, concurrent=t.max_concurrent_trials, footprint=fp,
+              epochs=t.steps * tc.rows_per_step() / d.train,
+              note=f"{len(t.objectives)} objectives x {t.seeds} seeds; a row is a clip of {m.cond} + {m.pred} "
+                   f"frames of {d.side} x {d.side}"),
+        Tasks("dci", cfg.eval, dci_jobs, held + max(d.test, d.ood) * per_video + probe, model=model,
+              note=f"{runs} trained models x {'test, ood' if d.ood else 'test'} + {t.seeds} untrained: fp32 weights, "
+                   "the split's videos, a probe batch of 100 clips (encoder maps, slot keys and values); the task "
+                   "body runs the model on its CPUs (it never moves it to a GPU)"),
+        Tasks("imagination", cfg.eval, runs, held + (d.train + d.test) * per_video + probe + reader, model=model,
+              note="one per trained model: fp32 weights, the train and test videos, the factor readers' "
+                   "crops and a probe batch as dci's; on the task's CPUs as dci"),
+    ]

@@ -285,3 +285,45 @@ def sweep(cfg: Config, space, ctx: RunContext, scheduler: str, resume: bool) -> 
                         max_concurrent_trials=space.max_concurrent_trials, num_samples=space.num_samples,
                         resume=resume)
     return summarise(results, space, list(SWEEP_SCORES))
+
+
+def plan(cfg: Config) -> list:
+    """One Ray task per optimisation (grid(): target x K x seed, the random control, easy-to-hard),
+    all submitted at once; each holds the model in cfg.dtype and scores attack.chunk candidates a
+    forward pass against a key/value cache of the prompt, then (verify) re-checks in float32."""
+    from ...plan import Tasks, lm
+
+    model = lm("tiny-llama" if cfg.model == TINY else cfg.model)
+    c, a = model.config, cfg.attack
+    n_targets = cfg.max_targets or len(cfg.targets)
+    main, e2h = grid(cfg, n_targets)
+    from_file = bool(cfg.targets_file or cfg.require_file)
+    # prompt lengths: the behaviour file is not read here, so an AdvBench-like request (16 tokens) and
+    # target (24); the config's own targets at about 3 characters a token; 8 tokens of template
+    msg = 16 if from_file else max(len(t.message) // 3 + 1 for t in cfg.targets)
+    tgt = 24 if from_file else max(len(t.target) // 3 + 1 for t in cfg.targets)
+    new = a.suffix_len + 2 + tgt  # suffix, the template after it, the target: run on the prompt's cache
+    seq = 8 + msg + new
+    width = 4 if cfg.dtype == "float32" else 2
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    kv = a.chunk * seq * 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * width
+    logits = a.chunk * (tgt + 1) * c.vocab_size * (width + 8)  # as computed, widened to fp32, log-softmax
+    mlp = a.chunk * new * c.intermediate_size * width * 3
+    scoring = model.params * width + kv + logits + mlp
+    verify = model.params * 4 if cfg.verify else 0
+    per_step = 2 * model.params * new * (a.batch + max(a.K - 1, 0))  # candidates (+ merged) scored
+    flops = sum(a.steps * (per_step + (6 * model.params * new if s["method"] != "random" else 0))
+                for s in main + e2h)
+    where = f"targets_file's rows (not read here; planned for {n_targets}: max_targets or the config's targets)" \
+        if from_file else f"{n_targets} targets"
+    return [Tasks("optimisation", cfg, len(main) + len(e2h), float(max(scoring, verify)), model=model,
+                  flops=float(flops),
+                  note=f"{len(main)} from the default suffix + {len(e2h)} easy-to-hard, over {where}; each target "
+                       f"adds {(len(main) + len(e2h)) / n_targets:.1f} tasks. Memory: the larger of scoring "
+                       f"(weights in {cfg.dtype} {model.params * width / 2**30:.1f} GiB, the key/value cache of "
+                       f"{a.chunk} candidates x ~{seq} tokens {kv / 2**30:.1f} GiB, target logits in {cfg.dtype} "
+                       f"and fp32 {logits / 2**30:.1f} GiB, one MLP's activations {mlp / 2**30:.1f} GiB; prompt "
+                       f"~{msg} request + {a.suffix_len} suffix + {tgt} target tokens, rough) and verify's "
+                       f"model.float() ({verify / 2**30:.1f} GiB). FLOPs: an upper bound, every run to its "
+                       f"{a.steps} steps (a run stops at success): 2 x params x {new} tokens per candidate, "
+                       f"{a.batch} (+ K - 1 merged) a step, + the gradient pass (3x a forward) when guided")]

@@ -286,3 +286,62 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
                                                                                         cfg.continual.round_steps)}
     return {"data": world.stats, "seeds": seeds, "curves": curves, "models": models, "runs": runs,
             "schedule": schedule, "pretrained_here": init}
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+def _kept_steps(p) -> list[int]:
+    """The steps a pretraining run saves (llm.train's rule for checkpoint_every: every
+    steps // checkpoints steps, and the last)."""
+    every = max(1, p.steps // p.checkpoints)
+    return sorted(set(range(every, p.steps + 1, every)) | {p.steps})
+
+
+def _probe_bytes(model, seq_len: int, batch: int = 8) -> float:
+    """Working set of coefficient_means on one batch of 8 probes, no grad, fp32: about six
+    hidden-width tensors and, in the MLP, the gate, up and product (fp32) and the hook's |C| and
+    its masked copy (fp64)."""
+    c = model.config
+    return float(batch * seq_len * (6 * 4 * c.hidden_size + (3 * 4 + 3 * 8) * c.intermediate_size))
+
+
+def plan(cfg: Config) -> list:
+    """Pretraining (unless real checkpoints are given), the knowledge entropy of every checkpoint
+    and real model (one Ray task each), then the continual grid (pretrain and continual trials
+    through the shared loop, ZeRO-2, one micro-batch per worker per step)."""
+    from ...plan import Tasks, Train, lm, weights_bytes
+
+    d, p, c = cfg.data, cfg.pretrain, cfg.continual
+    stages: list = []
+    if cfg.checkpoints:
+        kept = {cfg.seed: [(checkpoint_step(s, i), s) for i, s in enumerate(cfg.checkpoints)]}
+        model = lm(split_revision(cfg.checkpoints[0])[0])
+    else:
+        kept = {s: [(step, f"seed{s}/step{step}") for step in _kept_steps(p)]
+                for s in range(cfg.seed, cfg.seed + p.seeds)}
+        model = lm(p.model, vocab_size=d.vocab_size)
+        micro = p.batch // p.num_workers
+        stages.append(Train("pretrain", p, p.num_workers, p.seeds, model, p.steps, micro * p.num_workers, micro,
+                            d.seq_len, zero_stage=2, concurrent=cfg.max_concurrent_trials,
+                            note=f"one Tune trial per seed, {len(_kept_steps(p))} checkpoints kept each"))
+    n_ckpt = sum(len(k) for k in kept.values()) + (0 if cfg.checkpoints else len(kept))  # + step 0 per seed
+    real = [lm(name) for name in cfg.models]
+    mem = max(weights_bytes(m, bf16=False) + _probe_bytes(m, d.seq_len) for m in [model, *real])
+    flops = 2 * model.params * d.probe_docs * d.seq_len * n_ckpt + sum(
+        2 * m.params * cfg.model_probe_docs * d.seq_len for m in real)
+    stages.append(Tasks("entropy", cfg, n_ckpt + len(real), mem, model=model, flops=flops,
+                        note=f"{n_ckpt} checkpoints x {d.probe_docs} probes + {len(real)} real models x "
+                             f"{cfg.model_probe_docs} probes of {d.seq_len} tokens, forward only; memory: the "
+                             "largest model's fp32 weights (from_pretrained's default) + one batch of 8 probes' "
+                             "activations and the fp64 coefficient sums (_probe_bytes)"))
+    specs = continual_specs(cfg, kept)
+    micro = c.batch // c.num_workers
+    stages.append(Train("continual", c, c.num_workers, len(specs), model, c.steps(), micro * c.num_workers, micro,
+                        d.seq_len, zero_stage=2, concurrent=cfg.max_concurrent_trials,
+                        note=f"{len(specs)} trials (start checkpoints, resuscitation and controls, the (p, q) grid); "
+                             f"each first prepares its start model"
+                             + (f" in a Ray task with {cfg.gpus_per_task:g} GPU (fp32 weights, "
+                                f"{weights_bytes(model, bf16=False) / 2**30:.1f} GiB)" if cfg.gpus_per_task else
+                                " in the trial's process")))
+    return stages

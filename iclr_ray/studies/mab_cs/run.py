@@ -215,3 +215,47 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         ctx.log(**{k: v for k, v in cell.items()}, final_cost=float(res["cost"][:, -1].mean()),
                 final_quality=float(res["quality"][:, -1].mean()), seconds=res["seconds"])
     return analyse(cfg, instances, results)
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+TASK_BASE_BYTES = 150 * 2**20
+"""a Ray worker process with numpy and scipy imported, before any array"""
+
+
+def plan(cfg: Config) -> list:
+    """The simulations: with the vectorised engine one Ray task per chunk of a cell's runs (the
+    same split as :func:`run`); with RLlib one Algorithm whose env runners play every cell. Memory
+    from the arrays the engine holds (engine.simulate; trace_of_arms for RLlib)."""
+    from ...plan import Tasks
+    from ...resources import TaskResources
+    from .engine import BLOCK
+
+    instances = dict(data.BUILTIN)
+    instances.update({s.name: Instance.make(s.name, s.mu, s.cost) for s in cfg.instances})
+    instances.update({i.name: i for i in map(data.two_arm, cfg.gaps.gaps)})
+    todo = cells(cfg, instances)
+    steps = sum(c["runs"] * c["T"] for c in todo)
+    real = [k for k in ("movielens_ratings", "goodreads") if getattr(cfg.real, k) is not None]
+    left_out = f"; the real-data instances ({', '.join(real)}) add cells not counted here (read at prepare)" \
+        if real else ""
+    K = max(instances[c["instance"]].K for c in todo)
+    if cfg.engine == "rllib":
+        runners = max(1, cfg.rllib_env_runners)
+        biggest = max(c["runs"] * c["T"] for c in todo)
+        return [Tasks("simulations", TaskResources(cpus_per_task=1), runners, TASK_BASE_BYTES + 2.0 * biggest,
+                      note=f"{len(todo)} simulations ({steps:,} pulls) as episodes of one RLlib Algorithm; "
+                           f"{cfg.rllib_env_runners} env runner(s) of 1 CPU (0: the driver's own); memory: the "
+                           f"largest cell's arms (runs x T int16, {biggest:,}) + a worker process (150 MiB)"
+                           + left_out)]
+    chunks = [min(cfg.runs_per_task, c["runs"] - i) for c in todo for i in range(0, c["runs"], cfg.runs_per_task)]
+    R = max(chunks)
+    points = cfg.points + 8  # the checkpoints and a curve's window marks
+    per_task = TASK_BASE_BYTES + 8.0 * R * (4 * BLOCK * K + 2 * points + 16 * K)
+    return [Tasks("simulations", None, len(chunks), per_task,
+                  note=f"{len(todo)} simulations of {sum(c['runs'] for c in todo):,} runs ({steps:,} pulls at most; "
+                       f"settled runs are fast-forwarded) in chunks of {cfg.runs_per_task} runs; memory: a block of "
+                       f"{BLOCK} steps' reward uniforms and their hashing (4 x R x {BLOCK} x K 8-byte arrays, "
+                       f"R = {R}, K = {K}), the regret curves and the policy's (R, K) state + a worker process "
+                       "(150 MiB)" + left_out)]

@@ -52,6 +52,14 @@ def prepare(cfg: Config) -> Inputs:
         path = Path(m).expanduser()
         if (path.exists() or m.startswith((".", "/", "~"))) and not (path / "config.json").is_file():
             raise ConfigError(f"models: {m} is not a model checkpoint (no config.json there)")
+    from ...llm.model import needs_remote_code
+
+    for m in cfg.models:
+        kind = needs_remote_code(m)
+        if kind:
+            raise ConfigError(f"models: {m} is a {kind!r} model whose modelling code is not in transformers (it needs "
+                              "trust_remote_code, which this project never sets); use a mixture of experts transformers "
+                              "implements (OLMoE, Qwen-MoE, Mixtral, DeepSeek-V2/V3)")
     if cfg.eval.reference:
         try:  # the reference is encoded by the embedding app's own code (iclr_ray.serve.app)
             import fastapi  # noqa: F401
@@ -116,11 +124,8 @@ def encode_task(source: str, texts: list[str], encoding: dict[str, Any], untrain
     from ...llm.model import load_for_inference
     from .moee import encode_corpus, random_routers, rw_kind
 
-    model, tok = load_for_inference(source)
-    if encoding["dtype"] == "bfloat16":
-        model = model.to(torch.bfloat16)
-    if encoding.get("gpus_per_task") and torch.cuda.is_available():
-        model = model.cuda()
+    model, tok = load_for_inference(source)  # on the task's GPU when it has one
+    model = model.to(torch.bfloat16 if encoding["dtype"] == "bfloat16" else torch.float32)
     untrained = [w.to(model.device) for w in random_routers(model, untrained_seed)]
     kind = rw_kind(encoding["rw"], model)
     enc = encode_corpus(model, tok, texts, encoding["batch_size"], prompt=encoding["prompt"], rw=kind,
@@ -223,7 +228,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         sources = {m: m for m in cfg.models}
     else:
         tok, rows = pretrain_rows(cfg, inputs.pretrain_texts)
-        n_tokens = sum(r.n_real for r in rows)
+        n_tokens = int(rows.n_real.sum())
         ctx.say("pre-training %d %s LMs, %d steps of %d x %d tokens, on %d rows (%d tokens) of %d reviews ...",
                 cfg.pretrain.seeds, cfg.pretrain.model, cfg.pretrain.steps, cfg.pretrain.batch, cfg.pretrain.seq_len,
                 len(rows), n_tokens, len(inputs.pretrain_texts))
@@ -285,3 +290,89 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     return {"source": inputs.source, "models": list(sources), "sources": sources, "prompt": e.prompt,
             "alpha": cfg.eval.alpha, "dims": dims, "tasks": [_task_record(t) for t in tasks], "scores": scores,
             "reference": reference, "sweep": sweep, "pretrain": pretrain}
+
+
+def _review_texts(cfg: Config) -> list[int]:
+    """Upper bounds of the texts each review task encodes (unique reviews of the evaluation pool,
+    and the titles of pair and reranking tasks); classification at 10 classes at most."""
+    t, pool = cfg.tasks, cfg.data.eval_docs
+    return [min(2 * t.sts_pairs, pool), min(t.test_items + 10 * t.train_per_class, pool),
+            min(t.cluster_subsets * t.cluster_size, pool), min(2 * t.pairs, pool),
+            min(t.queries * t.candidates, pool) + t.queries]
+
+
+def _encoding_bytes(m, e) -> float:
+    """An encoding task's GPU (or CPU) memory: the weights; every layer's hidden states and the
+    routers' inputs (output_hidden_states, the untrained control's hook); the logits of every
+    position; one MLP's activations; for a batch of ``e.batch_size`` texts of ``e.max_tokens``."""
+    c = m.config
+    inter = max(getattr(c, "shared_expert_intermediate_size", 0) or 0, c.intermediate_size)
+    acts = e.batch_size * e.max_tokens * ((2 * c.num_hidden_layers + 1) * c.hidden_size + c.vocab_size + 3 * inter)
+    return float((m.params + acts) * (2 if e.dtype == "bfloat16" else 4))
+
+
+def _active_params(m) -> float:
+    """Parameters a token passes through: the experts it is not routed to left out (every layer MoE)."""
+    from ...llm.model import num_experts
+
+    c = m.config
+    inter = getattr(c, "moe_intermediate_size", None) or c.intermediate_size
+    return m.params - c.num_hidden_layers * (num_experts(c) - c.num_experts_per_tok) * 3 * c.hidden_size * inter
+
+
+def plan(cfg: Config) -> list:
+    """Pre-training (one Ray Train run per seed) when no models are given; one encoding task per
+    model x task (and the reference's per task), one scoring task each; the alpha sweep's trials."""
+    from ...llm.model import num_experts
+    from ...plan import Tasks, Train, lm, module
+
+    active = _active_params
+    p, e = cfg.pretrain, cfg.encoding
+    stages = []
+    if cfg.models:
+        models = {m: lm(m) for m in cfg.models}
+    else:
+        tiny = lm(p.model, vocab_size=p.vocab_size)
+        stages.append(Train("pretrain", p, p.num_workers, p.seeds, tiny, p.steps, p.batch,
+                            max(1, p.batch // p.num_workers), p.seq_len, zero_stage=2,
+                            concurrent=cfg.max_concurrent_trials,
+                            note="one run per seed on the packed review rows (their count decides the epochs)"))
+        models = {f"seed{s}": tiny for s in range(p.seeds)}
+    mteb = bool(cfg.data.mteb_tasks)
+    n_tasks = len(cfg.data.mteb_tasks) if mteb else len(_review_texts(cfg))
+    texts = None if mteb else sum(_review_texts(cfg))  # per model
+    if mteb and cfg.data.max_items:
+        texts = n_tasks * 2 * cfg.data.max_items  # a pair task's two sides
+    B, T = e.batch_size, e.max_tokens
+    held = lambda m: _encoding_bytes(m, e)  # noqa: E731
+    big = max(models.values(), key=lambda m: m.params)
+    flops = None if texts is None else sum(2.0 * active(m) * texts * T for m in models.values())
+    sizes = "; ".join(f"{k} {m.params / 1e9:.2f} B ({active(m) / 1e9:.2f} B active), {held(m) / 2**30:.1f} GiB"
+                      for k, m in models.items() if k in cfg.models or k == "seed0")
+    count = ("texts: the MTEB tasks' own (not read here: FLOPs not estimated)" if texts is None
+             else f"up to {texts:,} texts a model")
+    stages.append(Tasks("encodings", e, len(models) * n_tasks, float(held(big)), model=big, flops=flops,
+                        note=f"{len(models)} model(s) x {n_tasks} {'MTEB ' if mteb else 'review '}tasks; {count}"
+                             f", batches of {B} at up to {T} tokens in {e.dtype}; memory: weights, every layer's hidden "
+                             f"states and router inputs, the logits of every position, one MLP; FLOPs: 2 x active "
+                             f"parameters x {T} tokens a text (an upper bound); per model: {sizes}"))
+    if cfg.eval.reference:
+        from transformers import BertConfig, BertModel
+
+        ref = module("all-MiniLM-L6-v2", lambda: BertModel(BertConfig(
+            hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)),
+            source="transformers' BertConfig at all-MiniLM-L6-v2's sizes")
+        stages.append(Tasks("encodings: reference", None, n_tasks, float(ref.params * 4 + B * 256 * 384 * 4 * 20),
+                            model=ref, note=f"all-MiniLM-L6-v2 in fp32 on one CPU, batches of {B}; memory: its weights and "
+                                             "~20 activations of 384 floats a token at 256 tokens (rough)"))
+    hs_rw = max(c.hidden_size + 2 * c.num_hidden_layers * num_experts(c) for c in (m.config for m in models.values()))
+    rows = max(_review_texts(cfg)) if texts is not None and not mteb else (texts or 0) // max(n_tasks, 1)
+    stages.append(Tasks("scores", None, (len(models) + cfg.eval.reference) * n_tasks, float(8 * rows * hs_rw * 8),
+                        note="one a model x task (and the reference's): the views z-scored in float64 (HS, RW and "
+                             "the untrained RW, a few copies); memory from the largest task's texts"
+                             + ("" if rows else " (MTEB sizes not read here: not estimated)")))
+    stages.append(Tasks("alpha sweep", None, len(cfg.eval.alphas),
+                        float(4 * len(models) * (texts or 0) * hs_rw + 8 * rows * hs_rw * 8),
+                        note=f"one Tune trial an alpha, {cfg.max_concurrent_trials} at a time (0.01 CPU each: "
+                             f"Ray's default CPU shown); each holds every model's encodings (float32) and one task's views"))
+    return stages

@@ -43,7 +43,9 @@ class Model(Section):
     checkpoint to start from (``checkpoint``: a folder or an HF id)."""
 
     checkpoint: Optional[str] = None
-    """start every variant from this T5 (e.g. QizhiPei/3d-molt5-base); None: the config below"""
+    """released weights to start from (the paper: QizhiPei/3d-molt5-base). Not supported yet:
+    prepare() refuses any value with one line, since the released tokenizer and 3D table are not
+    mapped onto this study's vocabulary; None: the T5 described below"""
     d_model: int = Field(64, ge=8)
     d_ff: int = Field(128, ge=8)
     layers: int = Field(2, ge=1)
@@ -119,7 +121,10 @@ PRESETS = {
     },
     "small": {},
     "paper": {
-        # the released checkpoint and the official PubChemQC fine-tuning settings
+        # the released checkpoint and the official PubChemQC fine-tuning settings. prepare() refuses
+        # the checkpoint with one line (its tokenizer and 3D table are not mapped onto this study's
+        # vocabulary yet); --set model.checkpoint=null with a T5-base shape (d_model 768, d_ff 2048,
+        # 12 layers, 12 heads) trains from scratch instead
         "data": {"molecules": 130831, "valid": 10000, "test": 10000},
         "model": {"checkpoint": "QizhiPei/3d-molt5-base", "dropout": 0.1},
         "train": {"seeds": 3, "pretrain_steps": 0, "steps": 35000, "batch": 256, "lr": 3e-4, "warmup_steps": 10000,

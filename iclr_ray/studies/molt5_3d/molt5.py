@@ -270,6 +270,19 @@ def t5_config(vocab_size: int, d_model: int, d_ff: int, layers: int, heads: int,
                     tie_word_embeddings=False, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
 
 
+def build_t5(config):
+    """A T5 with the untied output head T5 v1.1 has. transformers 5 ties ``lm_head`` to the shared
+    embedding whatever the config says (its T5Config sets ``tie_word_embeddings`` to True and keeps
+    only the v1.1 output scaling), so the head is given a parameter of its own, starting from the
+    embedding's initial values."""
+    from transformers import T5ForConditionalGeneration
+
+    t5 = T5ForConditionalGeneration(config)
+    if t5.lm_head.weight is t5.shared.weight:
+        t5.lm_head.weight = nn.Parameter(t5.shared.weight.detach().clone())
+    return t5
+
+
 class MolT5(nn.Module):
     """A T5 encoder-decoder with :class:`Fusion` in front of its encoder."""
 

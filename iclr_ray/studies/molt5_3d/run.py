@@ -31,9 +31,10 @@ class Inputs:
 def prepare(cfg: Config) -> Inputs:
     """QM9 read and checked, and the seeded draw of ``data.molecules``, before Ray starts."""
     if cfg.model.checkpoint:
-        from ...llm.pretrained import check_available
-
-        check_available(cfg.model.checkpoint)
+        raise ConfigError(f"model.checkpoint {cfg.model.checkpoint}: starting from released 3D-MolT5 weights needs "
+                          "their own tokenizer and their 3D-token embedding table mapped onto this study's vocabulary, "
+                          "which is not implemented (a T5 resized to a new vocabulary scrambles every token id); "
+                          "unset model.checkpoint to train the T5 the model section describes")
     mols = D.read_qm9(cfg.data.source)
     if len(mols) <= cfg.data.valid + cfg.data.test:
         raise ConfigError(f"data: {len(mols)} molecules in {cfg.data.source}, not enough for {cfg.data.valid} valid + "
@@ -211,16 +212,10 @@ class MolRecipe(Recipe):
         return Variants(models)
 
     def t5(self):
-        from transformers import T5ForConditionalGeneration
+        from .molt5 import build_t5, t5_config
 
-        from .molt5 import t5_config
-
-        m = self.c["model"]
-        if m["checkpoint"]:
-            t5 = T5ForConditionalGeneration.from_pretrained(m["checkpoint"])
-            t5.resize_token_embeddings(len(self.vocab))
-            return t5
-        return T5ForConditionalGeneration(t5_config(len(self.vocab), m["d_model"], m["d_ff"], m["layers"], m["heads"],
+        m = self.c["model"]  # model.checkpoint is refused by prepare()
+        return build_t5(t5_config(len(self.vocab), m["d_model"], m["d_ff"], m["layers"], m["heads"],
                                                     m["dropout"]))
 
     def step_batches(self, step: int, cfg: TrainConfig) -> list[tuple[dict[str, Any], int]]:
@@ -457,3 +452,91 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
             "curve_steps": curve_steps,
             "pretrain_steps": cfg.train.pretrain_steps, "losses": [f["losses"] for f in finals],
             "reference": ray.get(ridge)}
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+RELEASED_T5 = {"QizhiPei/3d-molt5-base": {"d_model": 768, "d_ff": 2048, "layers": 12, "heads": 12}}
+"""the T5 shape of a released checkpoint: 3D-MolT5 builds its model from google/t5-v1_1-base's
+config (the official 3d_molt5/configs/default.yaml, model.name) and resizes the vocabulary"""
+ENC_LEN, DEC_LEN = 32, 8
+"""padded lengths a batch is measured at: QM9's SELFIES run to ~25 tokens (9 heavy atoms with
+branch and ring tokens) + <bom>, <eom> and the prompt; a target is a number of at most 6 characters
+and </s> (span corruption's targets are shorter)"""
+TASK_BASE_BYTES = 300 * 2**20
+"""a Ray worker with RDKit, E3FP, selfies (or scikit-learn) imported"""
+
+
+def _variants(cfg: Config, vocab_size: int):
+    """The Variants module of one seed, as MolRecipe.build_model makes it, on meta or fake
+    tensors: Fusion initialises its 3D table from its token table's std (a value), so it is built
+    on a real 2-row stand-in and handed the T5's table afterwards."""
+    import torch
+    from torch import nn
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    from .molt5 import Fusion, MolT5, Variants, build_t5, t5_config, variant_mode
+
+    m = cfg.model
+    shape = RELEASED_T5[m.checkpoint] if m.checkpoint else \
+        {"d_model": m.d_model, "d_ff": m.d_ff, "layers": m.layers, "heads": m.heads}
+    models = {}
+    for v in cfg.train.variants:
+        t5 = build_t5(t5_config(vocab_size, dropout=m.dropout, **shape))
+        with unset_fake_temporarily(), torch.device("cpu"):
+            fusion = Fusion(nn.Embedding(2, shape["d_model"]), variant_mode(v), cfg.tokens.bits)
+        fusion.token = t5.get_input_embeddings()
+        one = MolT5.__new__(MolT5)
+        nn.Module.__init__(one)
+        one.t5, one.fusion = t5, fusion
+        models[v] = one
+    return Variants(models)
+
+
+def plan(cfg: Config) -> list:
+    """The conformers tokenised (one Ray task per chunk), the ridge reference (one task), and one
+    Tune trial per seed training every variant side by side (ZeRO-0, fp32 measured at the
+    per-worker micro-batch, ENC_LEN x DEC_LEN tokens)."""
+    import math
+
+    from ...plan import Tasks, Train, module, module_footprint
+    from .molt5 import VIEWS, vocabulary
+
+    d, t = cfg.data, cfg.train
+    V = len(vocabulary([], list(t.targets)))
+    micro = -(-t.batch // t.num_workers)
+
+    def build():
+        import torch
+
+        net = _variants(cfg, V)
+        L = cfg.tokens.level + 1
+        batch = {}
+        for view in {VIEWS[v] for v in t.variants}:
+            batch.update({f"{view}_ids": torch.zeros(micro, ENC_LEN, dtype=torch.long),
+                          f"{view}_fp": torch.zeros(micro, ENC_LEN, L, dtype=torch.long),
+                          f"{view}_mask": torch.ones(micro, ENC_LEN, dtype=torch.long),
+                          f"{view}_labels": torch.zeros(micro, DEC_LEN, dtype=torch.long)})
+        return net, lambda n: n(batch)
+
+    source = f"the T5 of {cfg.model.checkpoint} (T5-v1.1-base shape, RELEASED_T5), vocabulary resized" \
+        if cfg.model.checkpoint else "the model section's T5 (t5_config)"
+    model = module(f"{len(t.variants)} variants", lambda: _variants(cfg, V),
+                   source=f"{source}, x {len(t.variants)} variants with their 3D tables; vocabulary {V} (selfies' "
+                          "robust alphabet and the specials: tokens seen only in the data not counted)")
+    chunks = math.ceil(d.molecules / cfg.tokens.chunk)
+    return [
+        Tasks("tokenisation", None, chunks, TASK_BASE_BYTES + 8 * 2**10 * cfg.tokens.chunk,
+              note=f"{d.molecules:,} conformers in chunks of {cfg.tokens.chunk:,} (SELFIES + E3FP); memory: the "
+                   "imports and ~8 KiB a molecule (coordinates, tokens, identifiers)"),
+        Tasks("ridge reference", None, 1, TASK_BASE_BYTES + 8 * 2**10 * d.molecules,
+              note="ridge on E3FP identifier counts; memory: the records and the sparse count matrix built from "
+                   "Python lists (~8 KiB a molecule)"),
+        Train("seeds", t, t.num_workers, t.seeds, model, t.pretrain_steps + t.steps, micro * t.num_workers, micro,
+              footprint=module_footprint(build), concurrent=t.max_concurrent_trials,
+              note=f"{t.pretrain_steps:,} span-corruption + {t.steps:,} fine-tuning steps, the validation MAE "
+                   f"(greedy decoding) every {t.eval_every:,}, not counted"
+                   + ("; prepare() refuses model.checkpoint at present (docs/studies/molt5_3d.md)"
+                      if cfg.model.checkpoint else "")),
+    ]

@@ -269,3 +269,53 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     return {"models": {m: {"layers": inputs.layers[m], "label": inputs.labels[m], "pretrained": m != TINY}
                        for m in cfg.models},
             "cells": cells, "oversight": over}
+
+
+def plan(cfg: Config) -> list:
+    """Per model and task a clean run, then its layer bands; per model an oversight task. Every
+    task holds one model (in cfg.dtype) and runs prompts of the task builders' lengths in batches
+    of cfg.batch, no gradients; a stage's memory is its largest model's, its FLOPs all models'."""
+    from ...plan import Tasks, lm
+
+    c = cfg.model_dump()
+    width = 4 if cfg.dtype == "float32" else 2
+    texts = {t: [p.text for p in build_task(t, c).grid()] for t in cfg.tasks}
+    over = max(len(p.text) for p in oversight_task(c).grid())
+    # the longest prompt in tokens, at about 3 characters a token
+    S = max(max(len(x) for v in texts.values() for x in v), over) // 3 + 1
+    clean, band, oversee, mem, sizes = 0.0, 0.0, 0.0, {}, []
+    for name in cfg.models:
+        m = lm("mini-llama", vocab_size=600) if name == TINY else lm(name)
+        mc, P = m.config, m.params
+        L = int(getattr(mc, "num_hidden_layers", None) or mc.n_layer)
+        d = int(getattr(mc, "hidden_size", None) or mc.n_embd)
+        heads = int(getattr(mc, "num_attention_heads", None) or mc.n_head)
+        inner = int(getattr(mc, "intermediate_size", None) or getattr(mc, "n_inner", None) or 4 * d)
+        kv_dim = d * int(getattr(mc, "num_key_value_heads", None) or heads) // heads
+        kv = cfg.batch * S * 2 * L * kv_dim * width  # a batch's key/value cache
+        # weights, the prefix cache and the copy each patched run appends to, one layer's MLP and
+        # attention scores (an upper bound: eager attention)
+        mem[name] = P * width + 2 * kv + cfg.batch * S * (2 * inner + heads * S) * width
+        nb = len(bands(L, cfg.layer_bands))
+        for t, tx in texts.items():
+            tokens = sum(len(x) // 3 + 1 for x in tx)
+            clean += 2 * P * tokens
+            band += 2 * P * (nb * cfg.pairs * tokens / len(tx) + 3 * cfg.pairs * L)
+        oversee += 2 * P * (2 * (cfg.oversight.stories + 1) * (over // 3 + 1) + cfg.oversight.stories * (L + 1))
+        sizes.append((name, m, L, nb))
+    big = max(sizes, key=lambda s: s[1].params)
+    per_model = ", ".join(f"{n} {m.params / 1e6:,.0f} M ({L} layers, {nb} bands, {mem[n] / 2**30:.1f} GiB)"
+                          for n, m, L, nb in sizes)
+    how = (f"memory: the largest model's (weights in {cfg.dtype}, a batch of {cfg.batch} prompts of ~{S} tokens: its "
+           f"key/value cache twice, one layer's MLP and attention scores); per model: {per_model}. "
+           f"FLOPs: 2 x params x tokens (prompts at ~3 characters a token)")
+    n_cells = len(cfg.models) * len(cfg.tasks)
+    n_bands = sum(nb for *_, nb in sizes) * len(cfg.tasks)
+    return [Tasks("clean runs", cfg, n_cells, float(max(mem.values())), model=big[1], flops=clean,
+                  note=f"{len(cfg.models)} models x {len(cfg.tasks)} tasks, "
+                       f"{sum(map(len, texts.values())):,} prompts a model; {how}"),
+            Tasks("patched layer bands", cfg, n_bands, float(max(mem.values())), model=big[1], flops=band,
+                  note=f"each model-task's layers in up to {cfg.layer_bands} bands; up to {cfg.pairs} pairs, each "
+                       f"x2's prefix once a band and 3 one-token patched runs a layer; memory and FLOPs as in clean runs"),
+            Tasks("oversight", cfg, len(cfg.models), float(max(mem.values())), model=big[1], flops=oversee,
+                  note=f"one a model: {cfg.oversight.stories} distracted stories, plain and patched at every layer")]

@@ -16,7 +16,7 @@ import ray
 
 from ... import storage
 from ...config import ConfigError
-from ...llm.model import load_for_inference as load
+from ...llm.model import inference_device, load_for_inference as load
 from ...resources import task_options, worker_resources
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
@@ -341,7 +341,7 @@ def reward_model_task(source: str, queries: list[str], replies: list[list[str]])
     torch.set_num_threads(1)
     source = storage.readable(source)  # a reward model in object storage: copied once to this node
     tok = AutoTokenizer.from_pretrained(source)
-    model = AutoModelForSequenceClassification.from_pretrained(source).eval()
+    model = AutoModelForSequenceClassification.from_pretrained(source).to(inference_device()).eval()
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     return {str(i): dict(zip(rs, reward_model_scores(model, tok, q, rs))) for i, (q, rs) in enumerate(zip(queries, replies))}
@@ -396,3 +396,115 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
             "settings": {"k": cfg.decode.k, "w": cfg.decode.w, "margin": cfg.decode.margin,
                          "w_grid": cfg.decode.w_grid, "best_of_n": cfg.decode.best_of_n,
                          "max_tokens": cfg.decode.max_tokens}}
+
+
+
+def _bytes_per_weight(model, gpu: bool) -> int:
+    """What ``load()`` holds: bfloat16 on a task's GPU; on the CPU the checkpoint's own dtype,
+    float32 when it names none."""
+    import torch
+
+    return 2 if gpu or getattr(model.config, "dtype", None) in (torch.bfloat16, torch.float16) else 4
+
+
+def _decoding_flops(cfg: Config, base, prm, kinds: list[str], tokens: int) -> float:
+    """2 x params a token over every decode of the decoding tasks (prompt and reply tokens)."""
+    dc = cfg.decode
+    names = [*dc.preferences, *dc.unseen]
+    dec_b, dec_pad = 2.0 * base.params * tokens, 2.0 * (base.params + prm.params) * tokens
+    flops = (1 + len(names) + dc.best_of_n) * dec_b  # base, preference prompting, Best-of-N's samples
+    flops += (len([x for x in dc.w_grid if x != dc.w]) * len(dc.preferences) + 1) * dec_pad  # the sweep (+ k = 1)
+    for kind in kinds:  # real: PAD and Best-of-N's ranking per preference, the timed decoders; control: PAD
+        flops += (dec_b + len(names) * (1 + dc.best_of_n) * dec_pad + 2 * len(dc.preferences) * dec_pad
+                  if kind == "real" else len(dc.preferences) * dec_pad)
+    return flops
+
+
+def _reward_model_stage(cfg: Config):
+    """One task per preference that a reward model (not a rule) scores; None when there is none."""
+    from ...config import ConfigError
+    from ...plan import Tasks, lm
+    from .data import RULES
+
+    rms = {k: v for k, v in cfg.decode.reward_models.items() if k not in RULES}
+    if not rms:
+        return None
+    sized, missing = [], []
+    for src in rms.values():
+        try:
+            sized.append(lm(src))
+        except ConfigError:
+            missing.append(src)
+    return Tasks("reward-model scoring", cfg, len(rms), float(max((m.params * 4 for m in sized), default=0)),
+                 model=max(sized, key=lambda m: m.params) if sized else None,
+                 note=f"one a preference: {', '.join(rms.values())}; each loaded in fp32 on the task's device, "
+                      f"one reply a forward pass; memory: the largest's fp32 weights; not counted "
+                      f"(config not shipped): {', '.join(missing) or 'none'}")
+
+
+def plan(cfg: Config) -> list:
+    """Sampling and reference log-probabilities (Ray tasks) and the PRM trials (Ray Train, DPO) when
+    no PRM is given; then decoding (base, one task per PRM, the weight sweep) and the reward models.
+    Every task loads its models with load_for_inference: on the task's GPU when it has one."""
+    from ...config import ConfigError
+    from ...llm.model import decoder_blocks
+    from ...plan import Tasks, Train, lm
+
+    d, p, dc = cfg.data, cfg.prm, cfg.decode
+    base = lm(cfg.models.base)
+    names = [*dc.preferences, *dc.unseen]
+    # prompt tokens: ~32 of chat template, the preference's text and the query at ~3 characters a token
+    # (the generated queries as prepare() draws them; 300 characters for a prompts file, not read here)
+    gen = d.prompts_jsonl is None and not d.require_real
+    query = max(map(len, pdata.queries(d.train_queries, False, cfg.seed) + pdata.queries(d.eval_queries, True, cfg.seed))) \
+        if gen else 300
+    prompt = 32 + (max(len(cfg.preference_text(n)) for n in names) + 2 + query) // 3
+    kv = lambda m: 2 * m.config.num_hidden_layers * getattr(m.config, "num_key_value_heads", 1) * (  # noqa: E731
+        getattr(m.config, "head_dim", None) or m.config.hidden_size // m.config.num_attention_heads)
+    # weights and a batch's key/value cache in the checkpoint's dtype, and the prefill's logits (every
+    # prompt position: the decoder keeps no fewer)
+    held = lambda m, rows, toks, prompt=0: (m.params + rows * toks * kv(m)  # noqa: E731
+                                            + rows * prompt * m.config.vocab_size) * _bytes_per_weight(m, gpu)
+    gpu = bool(cfg.gpus_per_task)
+    stages, note = [], ("models on the task's GPU in bfloat16" if gpu else
+                        "models on the CPU in their checkpoint's dtype")
+    if cfg.models.prm is None:
+        init = base if cfg.models.prm_init in (None, cfg.models.base) else lm(cfg.models.prm_init)
+        n_pairs = d.train_queries * len(dc.preferences)  # at most one pair per query and preference
+        seq = prompt + d.sample_tokens
+        if d.pairs_jsonl is None:
+            stages.append(Tasks("sampling", cfg, min(2, d.train_queries), held(base, 32, seq), model=base,
+                                flops=2.0 * base.params * d.train_queries * d.samples_per_query * seq,
+                                note=f"{d.train_queries} queries x {d.samples_per_query} samples of {d.sample_tokens} "
+                                     f"tokens in 2 chunks, 32 a batch; {note}"))
+        v = init.config.vocab_size
+        stages.append(Tasks("reference log-probs", cfg, 2, held(init, 32, seq) + 32 * seq * v * 8, model=init,
+                            flops=2.0 * init.params * 2 * n_pairs * seq,
+                            note=f"up to {n_pairs} pairs x 2 responses of ~{seq} tokens, 32 rows a forward pass "
+                                 f"(+ their fp32 logits and log-softmax); {note}"))
+        top = p.trainable_layers
+        train = lm(init.name, trainable=(lambda net: sum(q.numel() for b in decoder_blocks(net)[-top:]
+                                                         for q in b.parameters())) if top else None)
+        kinds = [k for _ in range(p.seeds) for k in (["real", "shuffled"] if p.shuffled_control else ["real"])]
+        stages.append(Train("prm", p, p.num_workers, len(kinds), train, train_config(cfg, init.name, 0, n_pairs).max_steps,
+                            2 * p.batch, 2 * max(1, p.batch // p.num_workers), seq, zero_stage=2,
+                            concurrent=cfg.max_concurrent_trials, epochs=p.epochs,
+                            note=f"DPO: a pair is 2 rows (chosen, rejected); {n_pairs} pairs at most "
+                                 f"(train_queries x preferences; the sampled pairs decide), ~{seq} tokens a row"))
+        prm = init
+    else:
+        try:
+            prm = lm(cfg.models.prm)
+        except ConfigError:  # its config is not shipped: PAD needs the base's vocabulary, so its shape stands in
+            prm = base
+        kinds = ["real"]
+    rows, toks = d.eval_queries, prompt + dc.max_tokens
+    stages.append(Tasks("decoding", cfg, 2 + len(kinds), float(held(base, rows, toks, prompt) + held(prm, rows, toks, prompt)),
+                        model=base, flops=_decoding_flops(cfg, base, prm, kinds, rows * toks),
+                        note=f"base + {len(kinds)} PRM task(s) + the weight sweep; {rows} queries x {len(names)} "
+                             f"preferences, {dc.max_tokens} tokens after ~{prompt} of prompt; memory: base and PRM "
+                             f"({cfg.models.prm or 'trained here'}, counted as {prm.params / 1e9:.2f} B"
+                             f"{': its config is not shipped, the base shape stands in' if cfg.models.prm and prm is base else ''}) "
+                             f"with their key/value caches and prefill logits; {note}; FLOPs: 2 x params a token"))
+    rm = _reward_model_stage(cfg)
+    return stages + ([rm] if rm is not None else [])

@@ -279,3 +279,84 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
 
 FRAMES = 12
 """frames of the base's first evaluation episode kept for the figure"""
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+ENV_DIMS = {("slot", "SlotReach"): (3, 2), ("adroit", "door"): (39, 28), ("adroit", "AdroitHandDoor-v1"): (39, 28),
+            ("maniskill", "PushCube-v1"): (35, 7), ("maniskill", "PegInsertionSide-v1"): (43, 7),
+            ("maniskill", "TurnFaucet-v1"): (33, 7), ("maniskill", "StackCube-v1"): (48, 7)}
+"""(observation, action) sizes of one frame, read off the envs' sources (rl.slot; gymnasium-robotics'
+door; ManiSkill3's state: the Panda's qpos and qvel, 18, plus the task's _get_obs_extra, and
+pd_ee_delta_pose's 6 + 1 gripper): prepare() reads them from the env itself, plan() makes none"""
+UNKNOWN_DIMS = (64, 8)
+TRIAL_BASE_BYTES = 1.5 * 2**30
+"""a SAC trial's process before its buffer: Ray, RLlib and torch imported, the RLModule"""
+
+
+def _hp(kind: str, hparams: dict[str, Any], name: str) -> int:
+    """A base policy hyperparameter: the given value or the policy class's default."""
+    import inspect
+
+    from ...rl.base_policies import KINDS
+
+    return int(hparams.get(name, inspect.signature(KINDS[kind].__init__).parameters[name].default))
+
+
+def plan(cfg: Config) -> list:
+    """Per task: its demonstrations recorded (a Ray task, where not read from a file), its base
+    trained (a Ray Train run on one worker); then one Tune trial per (task, variant) running RLlib
+    SAC. The base is measured on fake tensors at its batch; SAC's cost from its MLPs' sizes."""
+    from ...plan import Tasks, Train, module, module_footprint
+    from ...resources import TaskResources
+    from ...rl.base_policies import build, pred_horizon
+
+    stages, trials, sac_flops, buffer = [], 0, 0.0, 0.0
+    record = [t for t in cfg.tasks if t.demos.source != "file"]
+    if record:
+        stages.append(Tasks("demonstrations", None, len(record), TRIAL_BASE_BYTES,
+                            note=f"{', '.join(f'{t.name} ({t.demos.episodes}, {t.demos.source})' for t in record)}; "
+                                 "memory: a worker with the env, torch (and an expert's SAC) imported (~1.5 GiB)"))
+    for t in cfg.tasks:
+        raw, act = ENV_DIMS.get((t.env.suite, t.env.id), UNKNOWN_DIMS)
+        obs = raw * t.env.obs_horizon
+        full = {"obs_dim": obs, "act_dim": act, "pred_horizon": pred_horizon(t.base.kind, t.base.hparams),
+                **t.base.hparams}
+        B = t.base.batch
+
+        def one(kind=t.base.kind, full=full, B=B):
+            import warnings
+
+            import torch
+
+            with warnings.catch_warnings():  # BeT's TransformerEncoder on nested tensors (norm_first)
+                warnings.simplefilter("ignore", UserWarning)
+                policy = build(kind, **full)
+            return policy, lambda m: m.loss(torch.randn(B, full["obs_dim"]),
+                                            torch.randn(B, full["pred_horizon"], full["act_dim"]))
+
+        dims = "" if (t.env.suite, t.env.id) in ENV_DIMS else f"; obs/action sizes of {t.env.id} assumed {raw}/{act}"
+        stages.append(Train(f"base {t.name}", t.base, 1, 1, module(f"{t.base.kind} base", lambda o=one: o()[0]),
+                            t.base.steps, B, B, footprint=module_footprint(one),
+                            note=f"behaviour cloning on {obs}-d observations ({t.env.obs_horizon} frames), chunks of "
+                                 f"{full['pred_horizon']} x {act}; then evaluated alone in the driver{dims}"))
+        k = _hp(t.base.kind, t.base.hparams, "act_horizon") if t.residual_chunk else 1
+        for v in cfg.variants:
+            kv = k if v.base else 1  # RL from scratch decorates a zero base of act_horizon 1
+            s = sac_settings(cfg, t, kv)
+            o, a = obs + kv * act, kv * act  # the env's observation carries the base's action
+            h = list(s.hidden)
+            mlp = lambda i, out: sum(x * y + y for x, y in zip([i, *h], [*h, out]))  # noqa: E731
+            updates = t.env_steps / kv * s.utd
+            sac_flops += 8.0 * s.batch * updates * (mlp(o, 2 * a) + 2 * mlp(o + a, 1))  # fwd + bwd + targets
+            buffer = max(buffer, s.buffer * (4.0 * (2 * o + a + 1) + 1))
+            trials += 1
+    runners = max(1, cfg.sac.num_env_runners)
+    stages.append(Tasks("sac", TaskResources(cpus_per_task=runners), trials, TRIAL_BASE_BYTES + buffer, flops=sac_flops,
+                        note=f"{trials} Tune trials (task x variant), {cfg.max_concurrent_trials} at a time; each the "
+                             f"SAC learner in the trial's process (CPU) and {cfg.sac.num_env_runners} env runner(s) of "
+                             f"1 CPU (shown as one {runners}-CPU ask; Ray places the runners separately, their envs' "
+                             "memory not counted); memory: the replay buffer (float32 s, s', a, r) at its capacity + "
+                             "the process; FLOPs: 8 x batch x (actor + 2 critics) per update, updates = SAC steps x utd"))
+    return stages

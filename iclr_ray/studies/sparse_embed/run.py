@@ -211,3 +211,77 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     metrics["linf"] = linf_experiment(ctx, cfg, Xinf)
     metrics.update(average_case(ctx, cfg))
     return metrics
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+REVIEWS_SHAPE = (14_145, 75)
+"""(d, s) of the review bag of words: the vocabulary of the whole corpus and the longest of the
+first 300 reviews (docs/studies/sparse_embed.md); the run reads s from the data"""
+TASK_BASE_BYTES = 200 * 2**20
+"""a Ray worker process with numpy and scipy imported, before any array"""
+
+
+def _embed_bytes(nnz: int, t: int) -> float:
+    """embed_task: every entry of X in each of t repetitions as (row, column, value), concatenated,
+    keyed, sorted (~80 bytes an entry), and the CSR result (12)."""
+    return TASK_BASE_BYTES + 92.0 * nnz * t
+
+
+def _check_bytes(nnz: int, pairs: int, groups: int, n_ps: int) -> float:
+    """distance_task: its copy of the matrix and the per-entry row/column/group indices (~60 bytes
+    an entry), the (pairs, groups) result per p, the dense column block (2^22 doubles) and the
+    temporaries of a run of 2^22 visited entries (~8 arrays)."""
+    return TASK_BASE_BYTES + 60.0 * nnz + 8.0 * pairs * groups * n_ps + 9 * 8 * 2**22
+
+
+def plan(cfg: Config) -> list:
+    """The three experiments, each a batch of Ray tasks: embeddings (one per map, eps and seed) and
+    all-pairs checks in chunks of ``pairs_per_task``, as :func:`lp_experiment` and
+    :func:`linf_experiment` submit them; then one task per s of the birthday and compressed-sensing
+    sweeps. Matrices are counted at n x s entries (an upper bound: s is the longest row)."""
+    import math
+
+    from ...plan import Tasks
+
+    v, lp, li, b, cs = cfg.vectors, cfg.lp, cfg.linf, cfg.birthday, cfg.cs
+    file = v.docword is not None or v.npz is not None
+    d, s = (v.d, v.s) if v.source == "generated" or file else REVIEWS_SHAPE
+    n, chunk = v.n, cfg.pairs_per_task
+    per_check = math.ceil(n * (n - 1) / 2 / chunk)
+    pairs = min(chunk, n * (n - 1) // 2)
+    methods = 1 + lp.linear_baseline
+    t_max = embeddings.lp_dims(s, n, min(lp.eps), lp.c_m, lp.c_t)[1]
+    m_inf = max(1, math.ceil(li.m_factor * s))
+    t_inf = embeddings.linf_reps(s, n, m_inf, li.delta)
+    embeds = lp.seeds * (len(lp.eps) * methods + 2)  # + the exact-l_inf map and the signed control
+    checks = 1 + lp.seeds * (len(lp.eps) * methods + 3)  # + those two and the signed inputs
+    n_ps = len(lp.ps) + 1
+    mem = max(_embed_bytes(n * s, max(t_max, t_inf)), _check_bytes(n * s * max(t_max, t_inf), pairs,
+                                                                      max(t_max, t_inf), n_ps))
+    where = "the data's sizes unknown until the file is read: vectors.s assumed" if file else \
+        f"d = {d:,}, s = {s} (the review corpus, docs/studies/sparse_embed.md)" if v.source == "reviews" else \
+        f"d = {d:,}, s = {s}"
+    stages = [Tasks("l_p", None, embeds + checks * per_check, mem,
+                    note=f"{embeds} embeddings + {checks} all-pairs checks x {per_check} tasks of <= {chunk:,} of the "
+                         f"{n * (n - 1) // 2:,} pairs; |X| = {n:,}, {where}; the largest map t = {max(t_max, t_inf)} "
+                         f"repetitions, {n_ps} p's")]
+    m = max(1, math.ceil(li.m_factor * li.s))
+    tasks, mem = 0, 0.0
+    for size in li.sizes:
+        t = embeddings.linf_reps(li.s, size, m, li.delta) + li.extra_reps
+        per = math.ceil(size * (size - 1) / 2 / chunk)
+        tasks += 2 * li.seeds + (1 + 2 * li.seeds) * per
+        mem = max(mem, _embed_bytes(size * li.s, t), _check_bytes(size * li.s * t, min(chunk, size * (size - 1) // 2),
+                                                                   t, 2))
+    stages.append(Tasks("l_inf", None, tasks, mem,
+                        note=f"|X| = {li.sizes}, {li.seeds} maps each (max-pooling and linear): embeddings and "
+                             f"all-pairs l_inf checks; m = {m}"))
+    cs_bytes = 3 * 8.0 * cs.m_max * cs.d + 8.0 * cs.vectors * cs.d  # A, NNLS's copy and A x; X dense
+    bd_bytes = 100.0 * b.vectors * max(b.s_values)
+    stages.append(Tasks("average case", None, len(b.s_values) + len(cs.s_values),
+                        TASK_BASE_BYTES + max(cs_bytes, bd_bytes),
+                        note=f"one task per s: the birthday map ({b.vectors:,} vectors) and compressed sensing "
+                             f"(dense {cs.m_max:,} x {cs.d:,} Gaussian A at the largest m, held with NNLS's copy)"))
+    return stages

@@ -106,3 +106,45 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
                 dominant=out.get("linear", {}).get("dominant"), energy_max_drop=out.get("energy_max_drop"),
                 max_defect=out.get("max_defect"), plateau=out.get("plateau"), pattern=out.get("pattern"))
     return analyse(cfg, todo, outs)
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+TASK_BASE_BYTES = 200 * 2**20
+"""a Ray worker process with numpy and scipy imported, before any array"""
+
+
+def _cell_bytes(cell: dict[str, Any], cfg: Config) -> float:
+    """What one cell holds at its peak, from the arrays the integrator and the observables make:
+    the dopri5 state (about 12 arrays of n x d); on the circle the cos/sin harmonics up to the
+    Fourier cutoff (2 K x n); in d = 3 a BLOCK x n block of the interaction and the spherical
+    harmonics of the amplitudes ((L+1)(2L+1) x n complex); for d >= 4 the n x n Gram matrix and its
+    three Gegenbauer iterates; the PDE a few arrays of the grid and the densities it keeps."""
+    from .dynamics import BLOCK, fourier_cutoff
+
+    n, d = cell["n"], cell["d"]
+    if cell["experiment"] == "pde":
+        return TASK_BASE_BYTES + 8.0 * n * (20 + 10 * 2 + cfg.pde.horizon / cfg.dt_obs / 10)
+    L = max(2 * growth.k_star(cell["beta"], d) + 2, 8)
+    state = 8.0 * n * d * 12 + 4.0 * n * d * cell.get("snapshots", 0)
+    if d == 2:
+        return TASK_BASE_BYTES + state + 8.0 * n * 2 * max(fourier_cutoff(float(cell["beta"])), L)
+    if d == 3:
+        return TASK_BASE_BYTES + state + 8.0 * min(BLOCK, n) * n + 16.0 * (L + 1) * (2 * L + 1) * n
+    return TASK_BASE_BYTES + state + 4 * 8.0 * n * n
+
+
+def plan(cfg: Config) -> list:
+    """One Ray task per cell of :func:`cells` (what prepare hands to :func:`run`); memory: the
+    costliest cell (:func:`_cell_bytes`)."""
+    from ...plan import Tasks
+
+    todo = cells(cfg)
+    worst = max(todo, key=lambda c: _cell_bytes(c, cfg))
+    kinds = ", ".join(f"{sum(c['experiment'] == e for c in todo)} {e}"
+                      for e in ("metastable_n", "metastable", "sphere", "circle", "pde"))
+    return [Tasks("simulations", None, len(todo), _cell_bytes(worst, cfg),
+                  note=f"{kinds}; memory: the costliest cell ({worst['experiment']}, n = {worst['n']:,}, "
+                       f"d = {worst['d']}, beta = {worst['beta']:g}): the integrator's state and the harmonics or "
+                       "interaction block it evaluates (_cell_bytes); adaptive steps, so no FLOP count")]
