@@ -272,13 +272,15 @@ def model_state_bytes(model: Model, zero_stage: int, gpus: int, bf16: bool = Tru
     trained, frozen = model.trained, model.params - model.trained
     width = 2 if bf16 else 4
     if zero_stage >= 2 and trained:
-        if zero_stage == 2:
-            from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+        import contextlib
+        import io
 
+        with contextlib.redirect_stdout(io.StringIO()):  # its accelerator probe prints to stdout on import
+            from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+            from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+        if zero_stage == 2:
             _, gpu = estimate_zero2_model_states_mem_needs(trained, num_gpus_per_node=gpus, cpu_offload=False)
         else:
-            from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
-
             _, gpu, _ = estimate_zero3_model_states_mem_needs(trained, model.largest_layer, num_gpus_per_node=gpus,
                                                               cpu_offload=False, cpu_offload_params=False)
         how = f"ZeRO-{zero_stage} over {gpus} GPU{'s' * (gpus > 1)}, DeepSpeed's estimate"

@@ -43,6 +43,10 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.1")
 # No spot preemption on one machine: no preemption-watcher process per Train run (as runtime.py).
 os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
+# Every Ray Train worker of the session checks its recipe's train step and evaluation on a
+# bfloat16 copy of its model on ``meta`` before the first step (llm.train.device_check): every
+# study's smoke run is also its device test.
+os.environ.setdefault("ICLR_RAY_DEVICE_CHECK", "1")
 # Packaged pretrained models (llm/pretrained.py) are converted once into this cache, kept between
 # sessions of this checkout and never in the user's own cache; the cluster's workers inherit it.
 os.environ.setdefault("ICLR_RAY_MODEL_CACHE", str(REPO / ".pytest_cache" / "iclr_ray_models"))

@@ -61,16 +61,22 @@ def sample(eps_fn: Callable[..., torch.Tensor], shape: tuple[int, ...], context:
            generator: torch.Generator | None = None, eta: float = 0.0, **kw) -> torch.Tensor:
     """DDIM sampling from N(0, I) noise drawn by ``generator`` (deterministic at eta = 0), with
     classifier-free guidance; ``kw`` (a condition map) goes to every call of ``eps_fn``. Runs on
-    ``context``'s device (the model's); the noise is drawn on the CPU by ``generator`` and moved
-    there, so a seed gives the same images on any device."""
+    ``context``'s device and in the model's dtype (``context``'s, or the model's when ``context``
+    holds token ids); the noise is drawn on the CPU by
+    ``generator`` and moved there, so a seed gives the same images on any device."""
     device = context.device
+    if context.is_floating_point():
+        dtype = context.dtype
+    else:  # token ids the model embeds itself: the model's own dtype
+        dtype = next(eps_fn.parameters()).dtype if hasattr(eps_fn, "parameters") else torch.float32
     sched = ddim()
     sched.set_timesteps(steps)
-    x = torch.randn(shape, generator=generator).to(device)
+    x = torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
     for t in sched.timesteps:
         tt = t.expand(shape[0]).to(device)
         eps = guided(eps_fn, x, tt, context, null_context, guidance, **kw)
-        x = sched.step(eps, t, x, eta=eta, generator=generator).prev_sample
+        # the scheduler's tables are float32: its step comes back in the model's dtype (a bfloat16 model on a GPU)
+        x = sched.step(eps, t, x, eta=eta, generator=generator).prev_sample.to(dtype)
     return x
 
 

@@ -20,8 +20,8 @@ import numpy as np
 from pydantic import Field
 
 from ..resources import WorkerResources
-from .data import PackedRow, PackedRows, collate, epoch_order
-from .loss import label_tokens, step_loss, summed_token_loss
+from .data import IGNORE, PackedRow, PackedRows, collate, epoch_order
+from .loss import label_tokens, step_loss, token_loss_sum
 
 SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
 
@@ -250,8 +250,9 @@ class ChatRecipe(Recipe):
         coef = router_aux_coef(getattr(engine, "module", engine))
         out = engine(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=False,
                      **({"output_router_logits": True} if coef else {}))
-        loss, n = summed_token_loss(out.logits, batch["labels"], getattr(self, "loss_chunk", 0))
+        loss = token_loss_sum(out.logits, batch["labels"], getattr(self, "loss_chunk", 0))
         if coef:  # a mixture of experts: its load-balancing loss, per token as the model's own loss adds it
+            n = (batch["labels"][:, 1:] != IGNORE).sum()  # a tensor: no wait for the device here
             loss = loss + coef * out.aux_loss * n
         return loss
 

@@ -62,6 +62,66 @@ def flops_per_token(n_params: int, layers: int, hidden: int, seq_len: int) -> fl
     return 6.0 * n_params + 12.0 * layers * hidden * seq_len
 
 
+DEVICE_CHECK_ENV = "ICLR_RAY_DEVICE_CHECK"
+"""set (to 1) to check, before the first step, that a recipe's train step and evaluation keep every
+tensor on the model's device: a copy of the model on ``meta`` in bfloat16, every op checked as
+CUDA checks it (iclr_ray.devicecheck). The test session sets it, so every study's smoke run checks
+its recipe as a GPU would run it."""
+
+
+def to_device(batch: dict[str, Any], device, bf16: bool) -> dict[str, Any]:
+    """A CPU batch on the worker's device; floating-point tensors in bfloat16 when the engine
+    trains in it (DeepSpeed's bf16 casts the module, not its inputs)."""
+    import torch
+
+    return {k: v.to(device, dtype=torch.bfloat16 if bf16 and v.is_floating_point() else None)
+            for k, v in batch.items()}
+
+
+class _Shadow:
+    """What a recipe's ``loss`` reads of a DeepSpeed engine (a call, ``.module``), over a bare model."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def __call__(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+
+def device_check(recipe: Recipe, model, cfg: TrainConfig, rank: int, world: int,
+                 eval_sets: dict[str, list[dict[str, Any]]]) -> None:
+    """One micro-batch of the recipe's loss (and its backward pass), its held-out loss and its
+    eval_metrics on a bfloat16 copy of ``model`` on ``meta`` (see :data:`DEVICE_CHECK_ENV`).
+    DeviceMismatch names the op where a tensor was left on the CPU."""
+    import copy
+
+    import torch
+
+    from ..devicecheck import on_device
+
+    meta = torch.device("meta")
+    recipe = copy.deepcopy(recipe)  # what the check moves to meta (a scheduler's tables, say) stays the run's
+    shadow = copy.deepcopy(model).to(device=meta, dtype=torch.bfloat16)
+    engine = _Shadow(shadow)
+    mine, _, _ = recipe.rank_batches(0, cfg, rank, world)
+    if mine:
+        batch = to_device(mine[0][0], meta, True)
+
+        def step():
+            total = recipe.loss(engine, batch)
+            total.float().sum().backward()
+
+        on_device(step)
+    shadow.eval()
+    with torch.no_grad():
+        for batches in eval_sets.values():
+            if batches:
+                held_out = to_device(batches[0], meta, True)
+                on_device(lambda: recipe.loss(engine, held_out))
+        if rank == 0 and recipe.has_eval_metrics():
+            on_device(lambda: recipe.eval_metrics(shadow))
+
+
 def deepspeed_config(cfg: TrainConfig, bf16: bool) -> dict[str, Any]:
     return {
         "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
@@ -102,6 +162,8 @@ def train_worker(config: dict[str, Any]) -> None:
     mc = getattr(model, "config", None)
     token_flops = flops_per_token(sum(p.numel() for p in model.parameters()), getattr(mc, "num_hidden_layers", 0),
                                   getattr(mc, "hidden_size", 0), recipe.seq_len())
+    if os.environ.get(DEVICE_CHECK_ENV):
+        device_check(recipe, model, cfg, rank, world, eval_sets)
     optimizer, scheduler = optimizer_and_schedule(model, cfg, recipe.param_groups(model, cfg))
     _skip_shm_op_build()
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
@@ -130,7 +192,7 @@ def train_worker(config: dict[str, Any]) -> None:
         real_tokens = 0
         own_norm = None
         for cpu_batch, n_real in mine:
-            batch = {k: v.to(device) for k, v in cpu_batch.items()}
+            batch = to_device(cpu_batch, device, bf16)
             total = recipe.loss(engine, batch)
             engine.backward(step_loss(total, step_units, world), scale_wrt_gas=False)
             if cfg.zero_stage == 0 and engine.is_gradient_accumulation_boundary():
@@ -162,7 +224,7 @@ def train_worker(config: dict[str, Any]) -> None:
         }
         window = _Window()
         if evaluate and eval_sets:
-            metrics.update(_eval_losses(engine, recipe, eval_sets, rank, world, device))
+            metrics.update(_eval_losses(engine, recipe, eval_sets, rank, world, device, bf16))
         if evaluate and rank == 0:  # what rank 0 reports is what the run records
             engine.eval()
             with torch.no_grad():
@@ -222,7 +284,7 @@ class _Window:
 
 
 def _eval_losses(engine, recipe: Recipe, eval_sets: dict[str, list[dict[str, Any]]], rank: int, world: int,
-                 device) -> dict[str, float]:
+                 device, bf16: bool = False) -> dict[str, float]:
     """Held-out loss per unit (label token) of each named set and of all together, over all workers.
     Every rank runs the same number of forward passes (ZeRO-3 gathers parameters collectively):
     a rank short of a batch repeats its first one and does not count it."""
@@ -237,7 +299,7 @@ def _eval_losses(engine, recipe: Recipe, eval_sets: dict[str, list[dict[str, Any
             mine = batches[rank::world]
             sums = torch.zeros(2, dtype=torch.float64)
             for k in range(-(-len(batches) // world)):
-                b = {key: v.to(device) for key, v in (mine[k] if k < len(mine) else batches[0]).items()}
+                b = to_device(mine[k] if k < len(mine) else batches[0], device, bf16)
                 total = recipe.loss(engine, b)
                 if k < len(mine):
                     sums += torch.tensor([total.item(), float(recipe.units(b))], dtype=torch.float64)

@@ -68,6 +68,35 @@ def _resolve_model_dir(model: str) -> str:
     return model
 
 
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def placement(device: str = "auto", dtype: str = "auto"):
+    """The (torch device, dtype) a replica runs its models in. ``auto``: the replica's GPU when it
+    has one (``ray_actor_options: {num_gpus: 1}``), else the CPU; bfloat16 on a GPU that has it,
+    else float32. ValueError, one line, for anything else torch does not know."""
+    import torch
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r}: one of {', '.join(DTYPES)}")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        where = torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"device {device!r}: {str(exc).splitlines()[0]}") from None
+    if where.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: this replica has no GPU (give it ray_actor_options: {{num_gpus: 1}})")
+    if dtype == "auto":
+        dtype = "bfloat16" if where.type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    return where, getattr(torch, dtype)
+
+
+def _place(model, where):
+    """A model moved to a :func:`placement` (device, dtype), in eval mode."""
+    return model.to(device=where[0], dtype=where[1]).eval()
+
+
 def _chunk(rid: str, created: int, model: str, delta: dict, finish: str | None) -> dict:
     return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
@@ -83,15 +112,16 @@ class _Decoder:
     batch's requests into the batch's decoding strategy."""
 
     def _setup(self, model: str, served_name: str | None, max_batch_size: int, batch_wait_timeout_s: float,
-               default_max_tokens: int) -> None:
+               default_max_tokens: int, device: str = "auto", dtype: str = "auto") -> None:
         import torch
 
         from ..llm.model import load_pretrained
 
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        self.where = placement(device, dtype)
         self.path = _resolve_model_dir(model)
         self.model, self.tokenizer = load_pretrained(self.path)
-        self.model.eval()
+        self.model = _place(self.model, self.where)
         self.name = served_name or Path(str(model).rstrip("/")).name
         self.context = int(getattr(self.model.config, "max_position_embeddings", 0) or 2048)
         self.default_max_tokens = default_max_tokens
@@ -184,10 +214,11 @@ def _completion_choice(d: Delta) -> dict:
 @serve.ingress(generation_api)
 class Generator(_Decoder):
     def __init__(self, model: str, served_name: str | None = None, decoding: str = "sample",
-                 max_batch_size: int = 8, batch_wait_timeout_s: float = 0.01, default_max_tokens: int = 64):
+                 max_batch_size: int = 8, batch_wait_timeout_s: float = 0.01, default_max_tokens: int = 64,
+                 device: str = "auto", dtype: str = "auto"):
         if decoding not in STRATEGIES:
             raise ValueError(f"unknown decoding strategy {decoding!r}; known: {', '.join(STRATEGIES)}")
-        self._setup(model, served_name, max_batch_size, batch_wait_timeout_s, default_max_tokens)
+        self._setup(model, served_name, max_batch_size, batch_wait_timeout_s, default_max_tokens, device, dtype)
         self.strategy = STRATEGIES[decoding]()
 
     @generation_api.get("/v1/models")
@@ -227,13 +258,13 @@ class PADGenerator(_Decoder):
 
     def __init__(self, model: str, prm: str, served_name: str | None = None, k: int = 10, w: float = 1.0,
                  margin: float | None = None, max_batch_size: int = 8, batch_wait_timeout_s: float = 0.01,
-                 default_max_tokens: int = 64):
+                 default_max_tokens: int = 64, device: str = "auto", dtype: str = "auto"):
         from ..llm.model import load_pretrained
 
         if k < 1 or w < 0:
             raise ValueError(f"PAD needs k >= 1 and w >= 0, got k={k}, w={w}")
-        self._setup(model, served_name, max_batch_size, batch_wait_timeout_s, default_max_tokens)
-        self.prm = load_pretrained(_resolve_model_dir(prm))[0].eval()
+        self._setup(model, served_name, max_batch_size, batch_wait_timeout_s, default_max_tokens, device, dtype)
+        self.prm = _place(load_pretrained(_resolve_model_dir(prm))[0], self.where)
         if self.prm.get_input_embeddings().weight.shape[0] != self.model.get_input_embeddings().weight.shape[0]:
             raise ValueError(f"the PRM {prm} and the base model {model} have different vocabularies")
         self.k, self.w, self.margin = k, w, margin
@@ -270,11 +301,12 @@ def embed_texts(model, tokenizer, texts: list[str]) -> list[list[float]]:
     import torch
 
     with torch.no_grad():
-        enc = tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
+        device = next(model.parameters()).device
+        enc = {k: v.to(device) for k, v in tokenizer(texts, padding=True, truncation=True, return_tensors="pt").items()}
         hidden = model(**enc).last_hidden_state
         mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(pooled, dim=-1).tolist()
+        return torch.nn.functional.normalize(pooled.float(), dim=-1).cpu().tolist()
 
 
 def default_embedding_model() -> str:
@@ -304,11 +336,13 @@ class Embedder:
     study used, the default here) when they are there."""
 
     def __init__(self, model: str | None = None, served_name: str | None = None, max_batch_size: int = 32,
-                 batch_wait_timeout_s: float = 0.01, alpha: float = 1.0, prompt: str | None = None, rw: str = "auto"):
+                 batch_wait_timeout_s: float = 0.01, alpha: float = 1.0, prompt: str | None = None, rw: str = "auto",
+                 device: str = "auto", dtype: str = "auto"):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        where = placement(device, dtype)
         path = _resolve_model_dir(model) if model else default_embedding_model()
         self.moe = is_moe(path)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
@@ -322,11 +356,11 @@ class Embedder:
             prompt = prompt or str(stats.pop("prompt", "none"))  # the study's own prompt unless told
             if prompt not in PROMPTS or alpha < 0:
                 raise ValueError(f"prompt must be one of {sorted(PROMPTS)} and alpha >= 0")
-            self.model = AutoModelForCausalLM.from_pretrained(path).eval()
+            self.model = _place(AutoModelForCausalLM.from_pretrained(path), where)
             self.alpha, self.prompt, self.rw = float(alpha), prompt, rw_kind(rw, self.model)
             self.standardiser = Standardiser(**stats) if stats else None
         else:
-            self.model = AutoModel.from_pretrained(path).eval()
+            self.model = _place(AutoModel.from_pretrained(path), where)
         self.name = served_name or ("all-MiniLM-L6-v2" if model is None else Path(str(model).rstrip("/")).name)
         self.max_len = min(int(getattr(self.tokenizer, "model_max_length", 512) or 512), 512)
         for method in (self._embed, self._embed_moe):
@@ -384,7 +418,7 @@ class JudgeServer:
     probability. Requests that arrive together are scored in one batch per judge."""
 
     def __init__(self, model: str, judges: dict[str, str], max_batch_size: int = 16,
-                 batch_wait_timeout_s: float = 0.01):
+                 batch_wait_timeout_s: float = 0.01, device: str = "auto", dtype: str = "auto"):
         import copy
 
         import torch
@@ -396,9 +430,11 @@ class JudgeServer:
         if not judges:
             raise ValueError("the judge app needs at least one judge (name -> heads file)")
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        where = placement(device, dtype)
         base, self.tokenizer = load_pretrained(_resolve_model_dir(model))
         base.eval()
-        self.models = {name: splice(copy.deepcopy(base), load_head(path)).eval() for name, path in judges.items()}
+        self.models = {name: _place(splice(copy.deepcopy(base), load_head(path)), where)
+                       for name, path in judges.items()}
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.context = int(getattr(base.config, "max_position_embeddings", 0) or 2048)
         self.created = int(time.time())
@@ -488,26 +524,23 @@ def load_bundle(path: str):
     return served, b
 
 
-def title_embedder(lm: str, batch_size: int = 64, max_tokens: int = 48):
+def title_embedder(lm: str, batch_size: int = 64, max_tokens: int = 48, where=None):
     """texts -> (n, d) float32 array: how the alpharec study embeds item titles (its Ray tasks) and
     the recommend app embeds free-text titles, so both land in one space: ``minilm``
     (all-MiniLM-L6-v2, mean pooled, unit norm) or a causal LM (a packaged model's name, a
     checkpoint folder or an HF id: its last hidden states mean-pooled over the title's tokens)."""
-    import torch
-
     if lm == "minilm":
         from transformers import AutoModel, AutoTokenizer
 
         path = default_embedding_model()
-        tok, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+        tok, model = AutoTokenizer.from_pretrained(path), _place(AutoModel.from_pretrained(path), where or placement())
         return lambda texts: np.vstack([np.asarray(embed_texts(model, tok, texts[i:i + batch_size]), np.float32)
                                         for i in range(0, len(texts), batch_size)])
     from ..llm.model import load_for_inference
     from ..studies.alpharec.alpharec import mean_pooled
 
     model, tok = load_for_inference(lm)
-    if torch.cuda.is_available():
-        model = model.cuda()
+    model = _place(model, where or placement())
     return lambda texts: mean_pooled(model, tok, texts, batch_size, max_tokens)
 
 
@@ -517,10 +550,11 @@ class Recommender:
     """A trained AlphaRec (an alpharec run's bundle) answering ``/v1/recommend``: the top-K items
     and their cosine scores for a known user or a history of item ids and titles."""
 
-    def __init__(self, model: str, served_name: str | None = None):
+    def __init__(self, model: str, served_name: str | None = None, device: str = "auto", dtype: str = "auto"):
         import torch
 
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        where = placement(device, dtype)  # the title LM's; AlphaRec's own MLP scores on the CPU
         path = resolve_bundle(model)
         self.served, b = load_bundle(path)
         self.titles, self.item_ids = list(b["titles"]), [int(i) for i in b["item_ids"]]
@@ -528,7 +562,7 @@ class Recommender:
         self.item_index = {m: k for k, m in enumerate(self.item_ids)}
         self.title_index = {t: k for k, t in enumerate(self.titles)}
         self.lm = b["lm"]
-        self.embed = None if b.get("precomputed") else title_embedder(self.lm)
+        self.embed = None if b.get("precomputed") else title_embedder(self.lm, where=where)
         self.name = served_name or Path(path).parent.name
 
     @recommend_api.get("/v1/models")
@@ -595,10 +629,15 @@ def _deployment_options(args: dict[str, Any]) -> dict[str, Any]:
     return opts
 
 
-GENERATION_ARGS = ("model", "served_name", "decoding", "max_batch_size", "batch_wait_timeout_s", "default_max_tokens")
-EMBEDDING_ARGS = ("model", "served_name", "max_batch_size", "batch_wait_timeout_s", "alpha", "prompt", "rw")
+PLACEMENT_ARGS = ("device", "dtype")
+"""every app's: where its models run (:func:`placement`; give the replica a GPU with
+``ray_actor_options: {num_gpus: 1}``)"""
+GENERATION_ARGS = ("model", "served_name", "decoding", "max_batch_size", "batch_wait_timeout_s", "default_max_tokens",
+                   *PLACEMENT_ARGS)
+EMBEDDING_ARGS = ("model", "served_name", "max_batch_size", "batch_wait_timeout_s", "alpha", "prompt", "rw",
+                  *PLACEMENT_ARGS)
 PAD_ARGS = ("model", "prm", "served_name", "k", "w", "margin", "max_batch_size", "batch_wait_timeout_s",
-            "default_max_tokens")
+            "default_max_tokens", *PLACEMENT_ARGS)
 
 
 def generation_app(args: dict[str, Any]):
@@ -624,7 +663,7 @@ def pad_app(args: dict[str, Any]):
         **{k: args[k] for k in PAD_ARGS if args.get(k) is not None})
 
 
-JUDGE_ARGS = ("model", "judges", "max_batch_size", "batch_wait_timeout_s")
+JUDGE_ARGS = ("model", "judges", "max_batch_size", "batch_wait_timeout_s", *PLACEMENT_ARGS)
 
 
 def judge_app(args: dict[str, Any]):
@@ -637,7 +676,7 @@ def judge_app(args: dict[str, Any]):
         **{k: args[k] for k in JUDGE_ARGS if args.get(k) is not None})
 
 
-RECOMMEND_ARGS = ("model", "served_name")
+RECOMMEND_ARGS = ("model", "served_name", *PLACEMENT_ARGS)
 
 
 def recommend_app(args: dict[str, Any]):

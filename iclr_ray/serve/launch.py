@@ -70,8 +70,21 @@ def check_model(app: str, model: str | None, flag: str = "--model") -> None:
             raise ConfigError(f"{flag} {model}: no model checkpoint there (no config.json, no */checkpoint_*/model)")
 
 
+def check_placement(args: dict[str, Any]) -> None:
+    """An app's ``device`` and ``dtype``, checked here (the GPU itself is the replica's, not this
+    machine's: ``cuda`` is checked where the replica starts)."""
+    from .app import DTYPES
+
+    device, dtype = str(args.get("device", "auto")), str(args.get("dtype", "auto"))
+    if not (device in ("auto", "cpu") or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise ConfigError(f"--device {device}: one of auto, cpu, cuda, cuda:N")
+    if dtype not in DTYPES:
+        raise ConfigError(f"--dtype {dtype}: one of {', '.join(DTYPES)}")
+
+
 def check_app_args(app: str, args: dict[str, Any]) -> None:
     """Every model an app loads, checked before Ray starts (one line, exit 2)."""
+    check_placement(args)
     if app == "recommend":
         if not args.get("model"):
             raise ConfigError("serve recommend needs --model: an alpharec run's bundle "

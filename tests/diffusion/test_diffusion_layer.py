@@ -43,13 +43,17 @@ def test_ddim_is_deterministic_for_a_generator_and_differs_across_seeds():
 
 @pytest.mark.parametrize("eta", [0.0, 1.0])
 def test_ddim_samples_on_the_models_device(eta):
-    """The whole denoiser on ``meta`` (the stand-in for a GPU): the first tensor the sampler made
-    on the CPU next to it would raise; the noise is still the generator's CPU draw."""
+    """The whole denoiser on ``meta`` (the stand-in for a GPU), every op checked as CUDA checks it
+    (iclr_ray/devicecheck.py): a tensor the sampler made on the CPU next to it raises; the noise is
+    still the generator's CPU draw, moved."""
     net = tiny().to("meta")
     tokens = torch.tensor([[1, 2], [3, 0]], device="meta")
     ctx, null = net.context(tokens), net.context(torch.zeros_like(tokens))
-    x = S.sample(net, (2, 3, 8, 8), ctx, null, steps=2, guidance=2.0, eta=eta,
-                 generator=torch.Generator().manual_seed(1), cond=torch.rand(2, 4, 8, 8, device="meta"))
+    from iclr_ray.devicecheck import on_device
+
+    x = on_device(lambda: S.sample(net, (2, 3, 8, 8), ctx, null, steps=2, guidance=2.0, eta=eta,
+                                   generator=torch.Generator().manual_seed(1),
+                                   cond=torch.rand(2, 4, 8, 8, device="meta")))
     assert x.device.type == "meta" and x.shape == (2, 3, 8, 8)
 
 
@@ -101,3 +105,17 @@ def test_frechet_distance_is_zero_for_one_set_and_grows_with_a_shift():
     near = fid.frechet_distance(a, rng.normal(size=(2000, 4)))
     far = fid.frechet_distance(a, rng.normal(size=(2000, 4)) + 1.0)
     assert near < 0.1 and far == pytest.approx(4.0, rel=0.1)
+
+
+def test_ddim_samples_in_the_models_dtype():
+    """A bfloat16 denoiser (DeepSpeed's bf16 on a GPU) on ``meta``: the noise, the condition and
+    every scheduler step stay in its dtype (a float32 tensor into its convolutions raises)."""
+    from iclr_ray.devicecheck import on_device
+
+    net = tiny().to(device="meta", dtype=torch.bfloat16)
+    tokens = torch.tensor([[1, 2], [3, 0]], device="meta")
+    ctx, null = net.context(tokens), net.context(torch.zeros_like(tokens))
+    x = on_device(lambda: S.sample(net, (2, 3, 8, 8), ctx, null, steps=2, guidance=2.0,
+                                   generator=torch.Generator().manual_seed(1),
+                                   cond=torch.rand(2, 4, 8, 8, device="meta", dtype=torch.bfloat16)))
+    assert x.dtype == torch.bfloat16 and x.device.type == "meta"

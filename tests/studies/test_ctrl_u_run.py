@@ -66,13 +66,17 @@ def test_pretraining_learns_without_ray(assets):
 
 def test_drawing_runs_on_the_denoisers_device(assets):
     """The denoiser on ``meta`` (the stand-in for a GPU): captions, condition maps and noise must be
-    made on (or moved to) its device; a tensor left on the CPU raises."""
+    made on (or moved to) its device; a tensor left on the CPU raises (every op checked as CUDA
+    checks it: iclr_ray/devicecheck.py)."""
     from iclr_ray.studies.ctrl_u import data as D
     from iclr_ray.studies.ctrl_u.run import draw, load_denoiser
 
     _, _, paths, _, base, _ = assets
     masks = D.load(paths["test"]).masks[:2]
-    images = draw(load_denoiser(base).to("meta"), masks, steps=2, guidance=2.0, seed=0, batch=2)
+    from iclr_ray.devicecheck import on_device
+
+    net = load_denoiser(base).to("meta")
+    images = on_device(lambda: draw(net, masks, steps=2, guidance=2.0, seed=0, batch=2))
     assert images.device.type == "meta" and images.shape == (2, 3, *masks.shape[1:])
 
 

@@ -141,6 +141,7 @@ def trunk_features(model, k: int, ids: Sequence[Sequence[int]], pad_id: int, chu
     import torch
 
     n = base_layers(model)
+    device = next(model.parameters()).device
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out: list[np.ndarray | None] = [None] * len(ids)
     with torch.no_grad():
@@ -152,9 +153,10 @@ def trunk_features(model, k: int, ids: Sequence[Sequence[int]], pad_id: int, chu
             for r, i in enumerate(part):
                 x[r, :len(ids[i])] = torch.tensor(ids[i])
                 m[r, :len(ids[i])] = 1
-            hs = _decoder(model)(input_ids=x, attention_mask=m, output_hidden_states=True).hidden_states[n - k]
+            hs = _decoder(model)(input_ids=x.to(device), attention_mask=m.to(device),
+                                 output_hidden_states=True).hidden_states[n - k].float().cpu()
             for r, i in enumerate(part):
-                out[i] = hs[r, :len(ids[i])].float().numpy().copy()
+                out[i] = hs[r, :len(ids[i])].numpy().copy()
     return out  # type: ignore[return-value]
 
 
@@ -179,7 +181,8 @@ def full_choice_logprobs(model, ids: Sequence[Sequence[int]], choice_ids: Sequen
     import torch
 
     out = []
-    idx = torch.tensor(list(choice_ids))
+    device = next(model.parameters()).device
+    idx = torch.tensor(list(choice_ids), device=device)
     with torch.no_grad():
         for lo in range(0, len(ids), chunk):
             part = ids[lo:lo + chunk]
@@ -189,9 +192,10 @@ def full_choice_logprobs(model, ids: Sequence[Sequence[int]], choice_ids: Sequen
             for r, row in enumerate(part):
                 x[r, :len(row)] = torch.tensor(list(row))
                 m[r, :len(row)] = 1
+            x, m = x.to(device), m.to(device)
             logits = model(input_ids=x, attention_mask=m, use_cache=False).logits
-            last = logits[torch.arange(len(part)), m.sum(1) - 1][:, idx]
-            out.append(torch.log_softmax(last.double(), dim=-1).numpy())
+            last = logits[torch.arange(len(part), device=device), m.sum(1) - 1][:, idx]
+            out.append(torch.log_softmax(last.double(), dim=-1).cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, len(choice_ids)))
 
 

@@ -151,7 +151,8 @@ def draw(denoiser, masks: np.ndarray, *, steps: int, guidance: float, seed: int,
     from ...diffusion.sampling import sample, to_unit
 
     gen = torch.Generator().manual_seed(seed)
-    device = next(denoiser.parameters()).device
+    p = next(denoiser.parameters())
+    device = p.device
     side = masks.shape[-1]
     out = []
     was = denoiser.training
@@ -163,7 +164,7 @@ def draw(denoiser, masks: np.ndarray, *, steps: int, guidance: float, seed: int,
             ctx = denoiser.context(tokens)
             null = denoiser.context(torch.full_like(tokens, NULL))
             x = sample(denoiser, (len(m), 3, side, side), ctx, null, steps=steps, guidance=guidance, generator=gen,
-                       cond=D.one_hot(m).to(device))
+                       cond=D.one_hot(m).to(device, p.dtype))
             out.append(to_unit(x))
     denoiser.train(was)
     return torch.cat(out)

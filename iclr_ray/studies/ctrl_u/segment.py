@@ -82,12 +82,12 @@ def train_segmenter(model: nn.Module, images: np.ndarray, masks: np.ndarray, *, 
 
 @torch.no_grad()
 def predict(model: nn.Module, images: torch.Tensor, batch: int = 256) -> np.ndarray:
-    """Class ids (n, S, S) of images (n, 3, S, S) in [0, 1] (on any device: each chunk goes to the
-    model's, the ids come back to the host)."""
+    """Class ids (n, S, S) of images (n, 3, S, S) in [0, 1] (on any device and in any dtype: each
+    chunk goes to the model's, the ids come back to the host)."""
     model.eval()
-    device = next(model.parameters()).device
+    p = next(model.parameters())
     with torch.no_grad():
-        return np.concatenate([model(images[i:i + batch].to(device)).argmax(1).cpu().numpy()
+        return np.concatenate([model(images[i:i + batch].to(p.device, p.dtype)).argmax(1).cpu().numpy()
                                for i in range(0, len(images), batch)])
 
 

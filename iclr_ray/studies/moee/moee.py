@@ -121,7 +121,9 @@ def encode(model, tokenizer, texts: Sequence[str], *, prompt: str = "none", rw: 
     hooks = []
     if untrained is not None:
         hooks = [r.register_forward_pre_hook(lambda _m, args: captured.append(args[0])) for r in routers]
-    input_ids, mask, positions = left_padded(tokenizer, [wrap(t, prompt) for t in texts], max_tokens)
+    device = next(model.parameters()).device
+    input_ids, mask, positions = (t.to(device) for t in left_padded(tokenizer, [wrap(t, prompt) for t in texts],
+                                                                     max_tokens))
     try:
         with torch.no_grad():
             out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=False,
@@ -141,11 +143,11 @@ def encode(model, tokenizer, texts: Sequence[str], *, prompt: str = "none", rw: 
     rw_untrained = None
     if untrained is not None:
         last = [x.reshape(n, width, -1)[:, -1].float() for x in captured]
-        rand = [x @ w.T.float() for x, w in zip(last, untrained)]
+        rand = [x @ w.T.float().to(device) for x, w in zip(last, untrained)]
         if rw == "softmax":
             rand = [torch.softmax(r, dim=-1) for r in rand]
-        rw_untrained = torch.cat(rand, dim=1).numpy()
-    return Encoded(hs.numpy(), torch.cat(per_layer, dim=1).numpy(), rw_untrained)
+        rw_untrained = torch.cat(rand, dim=1).cpu().numpy()
+    return Encoded(hs.cpu().numpy(), torch.cat(per_layer, dim=1).cpu().numpy(), rw_untrained)
 
 
 def encode_corpus(model, tokenizer, texts: Sequence[str], batch_size: int = 64, **kw) -> Encoded:

@@ -138,5 +138,5 @@ def reward_model_scores(model, tokenizer, query: str, replies: Sequence[str]) ->
         limit = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
         if limit:
             ids = ids[-int(limit):]
-        out.append(float(model(input_ids=torch.tensor([ids])).logits[0, 0]))
+        out.append(float(model(input_ids=torch.tensor([ids], device=next(model.parameters()).device)).logits[0, 0]))
     return out

@@ -53,11 +53,12 @@ def response_logps(model, rows: Sequence[tuple[list[int], list[int]]], pad_id: i
     from .dpo import sequence_logps
 
     out = []
+    device = next(model.parameters()).device
     with torch.no_grad():
         for lo in range(0, len(rows), chunk):
-            b = collate_responses(rows[lo:lo + chunk], pad_id)
+            b = {k: v.to(device) for k, v in collate_responses(rows[lo:lo + chunk], pad_id).items()}
             out.append(sequence_logps(model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
-                                            use_cache=False).logits, b["labels"]).double())
+                                            use_cache=False).logits, b["labels"]).double().cpu())
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
 
 
