@@ -25,29 +25,30 @@ EXIT_USAGE = 2
 USER_ERRORS = (ConfigError, RunDirError, studies.StudyUnavailable)
 
 
+def _study_args(p: argparse.ArgumentParser, set_help: str) -> argparse.ArgumentParser:
+    """What run, sweep and plan take alike: the study, its preset, a config file and --set items."""
+    p.add_argument("study")
+    p.add_argument("--preset", default="small", choices=PRESETS)
+    p.add_argument("--config", metavar="FILE", help="YAML file of config values (over the preset)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help=set_help)
+    return p
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="iclr-ray", description="ICLR 2025 reproductions on Ray")
     sub = p.add_subparsers(dest="command", required=True)
 
     sub.add_parser("list", help="implemented studies: title, paper, Ray parts")
 
-    r = sub.add_parser("run", help="run a study and write its run directory")
-    r.add_argument("study")
-    r.add_argument("--preset", default="small", choices=PRESETS)
-    r.add_argument("--config", metavar="FILE", help="YAML file of config values (over the preset)")
-    r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one value, dots for nesting (repeatable; applied last)")
+    r = _study_args(sub.add_parser("run", help="run a study and write its run directory"),
+                    "override one value, dots for nesting (repeatable; applied last)")
     r.add_argument("--out", metavar="DIR", help="run directory, a path or a URI such as s3://bucket/runs/x "
                    "(default: $ICLR_RAY_STORAGE or runs, then /<study>/<preset>-<time>)")
     r.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else embedded local Ray)")
 
-    sw = sub.add_parser("sweep", help="a Ray Tune sweep of a study's recipe over a search space")
-    sw.add_argument("study")
+    sw = _study_args(sub.add_parser("sweep", help="a Ray Tune sweep of a study's recipe over a search space"),
+                     "override one value of the shared config (repeatable)")
     sw.add_argument("--space", required=True, metavar="FILE", help="search space YAML (tune_spaces/*.yaml)")
-    sw.add_argument("--preset", default="small", choices=PRESETS)
-    sw.add_argument("--config", metavar="FILE", help="YAML file of config values (over the preset)")
-    sw.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                    help="override one value of the shared config (repeatable)")
     sw.add_argument("--scheduler", choices=("fifo", "early"), default="early",
                     help="early: stop trials whose early grad-norm/loss profile ranks badly (default); "
                          "fifo: run every trial to the end")
@@ -78,13 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--port", type=int, help="HTTP port (default: the config's, else 8000)")
     sv.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else embedded local Ray)")
 
-    pl = sub.add_parser("plan", help="what a run will ask for and cost (resources, parameters, memory per GPU, "
-                        "GPU-hours) and whether it fits a cluster file; trains and loads nothing")
-    pl.add_argument("study")
-    pl.add_argument("--preset", default="small", choices=PRESETS)
-    pl.add_argument("--config", metavar="FILE", help="YAML file of config values (over the preset)")
-    pl.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                    help="override one value, dots for nesting (repeatable)")
+    pl = _study_args(sub.add_parser("plan", help="what a run will ask for and cost (resources, parameters, memory "
+                                    "per GPU, GPU-hours) and whether it fits a cluster file; trains and loads nothing"),
+                     "override one value, dots for nesting (repeatable)")
     pl.add_argument("--cluster", metavar="FILE", help="a Ray cluster launcher YAML (clusters/gpu.yaml): check each "
                     "stage against its node types; exit 2 naming every stage that fits none")
     pl.add_argument("--mfu", type=float, default=0.4, help="model FLOPs utilisation assumed for GPU-hours "

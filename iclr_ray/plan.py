@@ -174,7 +174,7 @@ def _measure(step: Callable[[], Any]) -> tuple[float, float]:
 
     counter = FlopCounterMode(display=False)
     with counter, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        params = step(kept)
+        params = step()
     for p in params:
         kept.pop(p.untyped_storage()._cdata, None)
     return float(sum(kept.values())), float(counter.get_total_flops())
@@ -217,7 +217,7 @@ def lm_footprint(model: Model, micro_batch: int, seq_len: int, gradient_checkpoi
             net.train()
             ids = torch.zeros(micro_batch, seq_len, dtype=torch.long)
 
-            def step(_kept):
+            def step():
                 if getattr(config, "is_encoder_decoder", False):
                     out = net(input_ids=ids, decoder_input_ids=ids, use_cache=False)
                 else:
@@ -253,7 +253,7 @@ def module_footprint(build: Callable[[], tuple[Any, Callable[[Any], Any]]]) -> F
         net, step = build()
         net.train()
 
-        def run(_kept):
+        def run():
             step(net)
             return list(net.parameters())
 

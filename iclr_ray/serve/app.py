@@ -80,7 +80,9 @@ def placement(device: str = "auto", dtype: str = "auto"):
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r}: one of {', '.join(DTYPES)}")
     if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        from ..llm.model import inference_device
+
+        device = str(inference_device())
     try:
         where = torch.device(device)
     except RuntimeError as exc:

@@ -103,10 +103,8 @@ def optimise_task(source: str, spec: dict[str, Any], target: dict[str, str], att
     from ...llm.model import load_for_inference
     from . import gcg
 
-    model, tok = load_for_inference(source)
+    model, tok = load_for_inference(source)  # on the task's GPU when it has one
     model = model.to(getattr(torch, dtype))
-    if torch.cuda.is_available():
-        model = model.to("cuda")
     lay = gcg.layout(tok, target["message"], target["target"], system)
     obj = gcg.Objective(model, lay, chunk=attack["chunk"])
     allowed = gcg.allowed_tokens(tok, obj.vocab)
