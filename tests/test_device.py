@@ -143,3 +143,39 @@ def test_the_train_loops_device_check_names_a_tensor_left_on_the_cpu(tok):
     bad.rows, bad.order, bad.eval_rows, bad.tokenizer = good.rows, None, {}, tok
     with pytest.raises(DeviceMismatch):
         device_check(bad, bad.build_model(cfg), cfg, 0, 1, {})
+
+
+def test_held_out_scoring_keeps_its_inputs_on_the_models_device(tok):
+    """llm.evaluate's multiple-choice log-probabilities (run to the end, host reads answered with
+    zeros) and greedy answers (generate() cannot finish on meta: checked up to its first read, after
+    the prompts reached the device), as sft_recipe's final evaluation calls them on the worker's GPU."""
+    from iclr_ray.llm.evaluate import MCItem, batched_choice_logprobs, exact_match
+
+    model = build_model("tiny-llama", tok).to("meta")
+    items = [MCItem("the dress", [" fits", " is long"], 0), MCItem("love", [" it"], 0)]
+    got = on_device(lambda: batched_choice_logprobs(model, tok, items), host_values=True)
+    assert [len(x) for x in got] == [2, 1]
+    on_device(lambda: exact_match(model, tok, [("the dress", "fits")], max_new_tokens=2))
+
+
+def test_a_recipes_final_evaluation_runs_on_the_workers_device(tok, tmp_path, monkeypatch):
+    """ChatRecipe.final_metrics loads the final checkpoint onto the worker's device (``meta`` standing
+    in for its GPU), and arith_coupling's accuracy grid keeps its batches on the model's device."""
+    import iclr_ray.llm.model as llm_model
+    from iclr_ray.llm.recipe import ChatRecipe
+    from iclr_ray.studies.arith_coupling.model import CoupledDecoder, ModelConfig
+    from iclr_ray.studies.arith_coupling.run import grid_accuracy, model_config
+
+    build_model("tiny-llama", tok).save_pretrained(tmp_path / "model")
+    monkeypatch.setattr(llm_model, "inference_device", lambda: torch.device("meta"))
+    seen = []
+    recipe = ChatRecipe([], {}, final_eval=lambda model, _tok: seen.append(next(model.parameters()).device) or {})
+    recipe.tokenizer = tok
+    assert recipe.final_metrics(tmp_path) == {} and seen == [torch.device("meta")]
+
+    task = {"name": "multi_addition", "train_digits": [1, 2], "train_count": [2, 3], "eval_digits": [1, 2],
+            "eval_count": [2, 3], "max_position": 12, "eval_samples": 4}
+    conf = model_config({"d_model": 16, "layers": 1, "heads": 2, "d_ff": 32}, task, "coupled")
+    model = CoupledDecoder(ModelConfig(**conf)).to("meta")
+    grid = on_device(lambda: grid_accuracy(model, task, "coupled", 0), host_values=True)
+    assert set(grid) == {"1x2", "1x3", "2x2", "2x3"}

@@ -68,8 +68,10 @@ def choice_logprobs(model, tokenizer, question: str, choices: Sequence[str]) -> 
 def batched_choice_logprobs(model, tokenizer, items: Sequence[MCItem],
                             batch_size: int = 32) -> list[list[tuple[float, int]]]:
     """:func:`choice_logprobs` of every item, the (prompt + choice) sequences right-padded into
-    batches: causal attention keeps the padding out of every real position's logits."""
+    batches: causal attention keeps the padding out of every real position's logits. The batches go
+    to the model's device; the sums come back to the host."""
     model.eval()
+    device = next(model.parameters()).device
     seqs: list[tuple[list[int], int, int]] = []  # ids, prompt length, choice length
     for item in items:
         prompt = _prompt_ids(tokenizer, item.question)
@@ -81,13 +83,14 @@ def batched_choice_logprobs(model, tokenizer, items: Sequence[MCItem],
     for i in range(0, len(seqs), batch_size):
         chunk = seqs[i:i + batch_size]
         width = max(len(ids) for ids, _, _ in chunk)
-        ids = torch.tensor([s + [pad] * (width - len(s)) for s, _, _ in chunk])
-        mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s, _, _ in chunk])
+        ids = torch.tensor([s + [pad] * (width - len(s)) for s, _, _ in chunk], device=device)
+        mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s, _, _ in chunk], device=device)
         logp = torch.log_softmax(model(input_ids=ids, attention_mask=mask, use_cache=False).logits.float(), dim=-1)
+        sums = []
         for row, (s, n_prompt, n_cont) in enumerate(chunk):
-            targets = torch.tensor(s[n_prompt:])
-            picked = logp[row, torch.arange(n_prompt - 1, len(s) - 1), targets]
-            flat.append((picked.sum().item(), n_cont))
+            targets = torch.tensor(s[n_prompt:], device=device)
+            sums.append(logp[row, torch.arange(n_prompt - 1, len(s) - 1, device=device), targets].sum())
+        flat += [(v, n_cont) for v, (_, _, n_cont) in zip(torch.stack(sums).cpu().tolist(), chunk)]
     out, k = [], 0
     for item in items:
         out.append(flat[k:k + len(item.choices)])
@@ -119,17 +122,18 @@ def generate_batch(model, tokenizer, questions: Sequence[str | Sequence[dict[str
                    batch_size: int = 32) -> list[str]:
     """:func:`generate` for many prompts at once: left-padded batches through ``model.generate``
     (the attention mask gives each row its own positions), so each answer is the one it would get
-    alone."""
+    alone. The prompts go to the model's device; the answers' ids come back to the host."""
     model.eval()
+    device = next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     answers: list[str] = []
     for i in range(0, len(questions), batch_size):
         prompts = [_prompt_ids(tokenizer, q) for q in questions[i:i + batch_size]]
         width = max(len(p) for p in prompts)
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
         out = model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                             eos_token_id=_stop_ids(tokenizer), pad_token_id=pad)
+                             eos_token_id=_stop_ids(tokenizer), pad_token_id=pad).cpu()
         answers += [tokenizer.decode(row[width:], skip_special_tokens=True).strip() for row in out]
     return answers
 

@@ -250,6 +250,7 @@ def load_for_inference(source: str | Path, device=None):
     torch.set_num_threads(1)
     model, tok = load_pretrained(source)
     device = inference_device() if device is None else torch.device(device)
-    if device.type == "cuda":
-        model = model.to(device=device, dtype=torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
+    if device.type != "cpu":  # a GPU (or meta, the device check's stand-in for one)
+        half = torch.float16 if device.type == "cuda" and not torch.cuda.is_bf16_supported() else torch.bfloat16
+        model = model.to(device=device, dtype=half)
     return model.eval(), tok

@@ -268,9 +268,13 @@ class ChatRecipe(Recipe):
             return {}
         from transformers import AutoModelForCausalLM
 
+        from .model import inference_device
+
         # scored here, where torch and transformers are loaded already, on the very model the
-        # checkpoint holds (any ZeRO stage: read back from its HF files)
-        return self.final_eval(AutoModelForCausalLM.from_pretrained(path / "model"), self.tokenizer)
+        # checkpoint holds (any ZeRO stage: read back from its HF files), on this worker's GPU
+        # where it has one
+        model = AutoModelForCausalLM.from_pretrained(path / "model").to(inference_device())
+        return self.final_eval(model, self.tokenizer)
 
     def seq_len(self) -> int:
         return len(self.rows[0].input_ids) if self.rows else 0

@@ -37,6 +37,7 @@ def train_classifier(model: DigitClassifier, images: np.ndarray, labels: np.ndar
     x_all = torch.as_tensor(images, dtype=torch.float32).unsqueeze(1)
     y_all = torch.as_tensor(labels)
     opt = torch.optim.Adam(model.parameters(), lr)
+    device = next(model.parameters()).device  # batches and noise are made on the host, then moved
     losses = []
     model.train()
     for _ in range(steps):
@@ -47,18 +48,25 @@ def train_classifier(model: DigitClassifier, images: np.ndarray, labels: np.ndar
         x = (x + sd * torch.randn(x.shape, generator=g)).clamp(0, 1)
         shift = [int(v) for v in rng.integers(-1, 2, 2)]
         x = torch.roll(x, shift, (2, 3))
-        loss = F.cross_entropy(model(x), y_all[idx])
+        loss = F.cross_entropy(model(x.to(device)), y_all[idx].to(device))
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss.detach()))
+        losses.append(loss.detach())
     model.eval()
-    return losses
+    return torch.stack(losses).float().cpu().tolist() if losses else []
 
 
 @torch.no_grad()
 def predict(model: DigitClassifier, images: torch.Tensor) -> np.ndarray:
-    return model(images).argmax(1).numpy()
+    """Class ids of images (n, 1, S, S) in [0, 1] on any device (moved to the model's), on the host."""
+    return model(images.to(next(model.parameters()).device)).argmax(1).cpu().numpy()
+
+
+@torch.no_grad()
+def features(model: DigitClassifier, images: torch.Tensor) -> np.ndarray:
+    """The classifier's features of images (moved to the model's device), float32 on the host."""
+    return model.features(images.to(next(model.parameters()).device)).float().cpu().numpy()
 
 
 def accuracy(model: DigitClassifier, images: torch.Tensor, labels: np.ndarray) -> float:

@@ -253,18 +253,19 @@ def train_classifier_task(c: dict[str, Any], paths: dict[str, str], out: str, se
     import torch
 
     from ...diffusion.fid import frechet_distance
-    from .classify import DigitClassifier, accuracy, train_classifier
+    from ...llm.model import inference_device
+    from .classify import DigitClassifier, accuracy, features, train_classifier
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     e = c["eval"]
     train, test = D.load(paths["train"]), D.load(paths["test"])
-    model = DigitClassifier(c["data"]["side"], e["classifier_width"])
+    model = DigitClassifier(c["data"]["side"], e["classifier_width"]).to(inference_device())
     losses = train_classifier(model, train.images, train.labels, steps=e["classifier_steps"], batch=64, lr=3e-3,
                               noise=e["classifier_noise"], seed=seed)
     save_weights(model.state_dict(), out)
     x = D.to_model(test.images) / 2 + 0.5
-    f = model.features(x).detach().numpy()
+    f = features(model, x)
     half = len(f) // 2
     return {"path": out, "final_loss": float(np.mean(losses[-10:])), "accuracy_real": accuracy(model, x, test.labels),
             "fid_real_halves": frechet_distance(f[:half], f[half:]),
@@ -291,13 +292,16 @@ def merge_search_task(c: dict[str, Any], experts: list[str], paths: dict[str, st
     import torch
 
     from ...diffusion.sampling import ddpm
+    from ...llm.model import inference_device
     from .afa import block_of, ensemble_loss, merge, search_merge
 
     torch.set_num_threads(1)
-    models = [load_expert(p) for p in experts]
+    device = inference_device()
+    models = [load_expert(p).to(device) for p in experts]
     states = [m.state_dict() for m in models]
-    skeleton = load_expert(experts[0])
-    rows = val_rows(D.load(paths["val"]), c["merge"]["rows"], 0)
+    skeleton = load_expert(experts[0]).to(device)
+    rows = {k: v.to(device) if isinstance(v, torch.Tensor) else v
+            for k, v in val_rows(D.load(paths["val"]), c["merge"]["rows"], 0).items()}
     sched = ddpm()
     blocks = sorted({block_of(k) for k in states[0]})
 
@@ -314,24 +318,25 @@ def merge_search_task(c: dict[str, Any], experts: list[str], paths: dict[str, st
     return out
 
 
-def build_method(c: dict[str, Any], method: dict[str, Any]):
-    """eps(x_t, t, tokens) of one evaluated model: an expert alone, the uniform output average, a
-    weight merge, or an AFA ensemble (returned as the model itself: its maps can be recorded)."""
+def build_method(c: dict[str, Any], method: dict[str, Any], device="cpu"):
+    """eps(x_t, t, tokens) of one evaluated model on ``device``: an expert alone, the uniform output
+    average, a weight merge, or an AFA ensemble (returned as the model itself: its maps can be
+    recorded)."""
     from .afa import merge, output_average
 
     kind = method["kind"]
     if kind == "expert":
-        return output_average([load_expert(method["experts"][0])])
+        return output_average([load_expert(method["experts"][0]).to(device)])
     if kind == "uniform":
-        return output_average([load_expert(p) for p in method["experts"]])
+        return output_average([load_expert(p).to(device) for p in method["experts"]])
     if kind == "merge":
         models = [load_expert(p) for p in method["experts"]]
         w = method["weights"]
         merged = load_expert(method["experts"][0])
         merged.load_state_dict(merge([m.state_dict() for m in models], w))
-        return output_average([merged])
+        return output_average([merged.to(device)])
     if kind == "afa":
-        return load_afa(c, method["experts"], method["afa"])
+        return load_afa(c, method["experts"], method["afa"]).to(device)
     raise ValueError(f"unknown method kind {kind!r}")
 
 
@@ -342,18 +347,21 @@ def evaluate(c: dict[str, Any], method: dict[str, Any], seed: int, paths: dict[s
     AFA's maps of two held-out digits over timesteps)."""
     import torch
 
+    from ...llm.model import inference_device
     from . import scoring
     from .afa import AFA
 
     torch.set_num_threads(1)
+    device = inference_device()  # the task's GPU where Ray gave it one
     e = c["eval"]
     test = D.load(paths["test"])
-    model = build_method(c, method)
-    out = scoring.denoising(model, scoring.mse_rows(test, e["draws"], seed), e["batch"])
+    model = build_method(c, method, device)
+    out = scoring.denoising(model, scoring.mse_rows(test, e["draws"], seed), e["batch"], device)
     if not generate:
         return out
-    out.update(scoring.generated(model, load_classifier(c, classifier), test, per_class=e["per_class"],
-                                 steps=e["steps"], guidance=e["guidance"], batch=e["batch"], seed=seed, grid=grid))
+    out.update(scoring.generated(model, load_classifier(c, classifier).to(device), test, per_class=e["per_class"],
+                                 steps=e["steps"], guidance=e["guidance"], batch=e["batch"], seed=seed, grid=grid,
+                                 device=device))
     if grid and isinstance(model, AFA):
         shown = test.first_of_each_class()
         shown = [shown[0], shown[-1]]  # a digit of the first expert's classes and one of the last's

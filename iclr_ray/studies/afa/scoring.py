@@ -1,5 +1,7 @@
 """Scoring one model at one seed: pure functions of the model, the evaluator and the held-out
-digits (no Ray, no files; run.py's ``evaluate`` task loads them and calls these).
+digits (no Ray, no files; run.py's ``evaluate`` task loads them and calls these). The model may sit
+on a GPU (``device``: where its weights are; an output average has no ``parameters()`` to ask):
+inputs are made on the host and moved there, results come back to the host.
 
 - :func:`denoising`: the eps-prediction MSE on held-out rows (overall and per class) and, for an
   AFA ensemble, the weight its maps give each expert per class, location and timestep bin;
@@ -30,7 +32,7 @@ def mse_rows(test: D.Digits, draws: int, seed: int) -> dict[str, Any]:
 
 
 @torch.no_grad()
-def denoising(model, rows: dict[str, Any], batch: int) -> dict[str, Any]:
+def denoising(model, rows: dict[str, Any], batch: int, device: torch.device | str = "cpu") -> dict[str, Any]:
     """The held-out MSE of eps(x_t, t, tokens) overall and per class; for an :class:`AFA` model, its
     maps' mean weight on each expert (over pixels and rows) per class and location, and per class,
     timestep bin and location (None for an empty bin)."""
@@ -42,10 +44,10 @@ def denoising(model, rows: dict[str, Any], batch: int) -> dict[str, Any]:
     for i in range(0, len(rows["x0"]), batch):
         if is_afa:
             model.record = {}
-        part = {k: rows[k][i:i + batch] for k in ("x0", "tokens", "t", "noise")}
-        per_row.append(ensemble_loss(model, sched, part["x0"], part["tokens"], part["t"], part["noise"]))
+        part = {k: rows[k][i:i + batch].to(device) for k in ("x0", "tokens", "t", "noise")}
+        per_row.append(ensemble_loss(model, sched, part["x0"], part["tokens"], part["t"], part["noise"]).float().cpu())
         if is_afa:  # (rows, locations, experts): each location's map averaged over its pixels
-            weights.append(torch.stack([a.mean((2, 3)) for a in model.record.values()], 1))
+            weights.append(torch.stack([a.mean((2, 3)) for a in model.record.values()], 1).float().cpu())
             model.record = None
     mse = torch.cat(per_row).numpy()
     labels = rows["labels"]
@@ -64,7 +66,7 @@ def denoising(model, rows: dict[str, Any], batch: int) -> dict[str, Any]:
 
 @torch.no_grad()
 def generated(model, classifier, test: D.Digits, *, per_class: int, steps: int, guidance: float, batch: int,
-              seed: int, grid: bool) -> dict[str, Any]:
+              seed: int, grid: bool, device: torch.device | str = "cpu") -> dict[str, Any]:
     """``per_class`` digits of every class drawn by DDIM with CFG from noise seeded by ``seed`` (the
     same for every model), scored by the classifier: accuracy for the requested class (overall and
     per class) and the Fréchet distance of its features to the real held-out digits'; ``grid``:
@@ -72,24 +74,24 @@ def generated(model, classifier, test: D.Digits, *, per_class: int, steps: int, 
     from ...diffusion.fid import frechet_distance
     from ...diffusion.model import NULL
     from ...diffusion.sampling import sample, to_unit
-    from .classify import predict
+    from .classify import features, predict
 
     side = test.images.shape[-1]
     want = np.repeat(np.arange(D.CLASSES), per_class)
     gen = torch.Generator().manual_seed(seed)
     images = []
     for i in range(0, len(want), batch):
-        tok = D.tokens(want[i:i + batch])
+        tok = D.tokens(want[i:i + batch]).to(device)
         x = sample(model, (len(tok), 1, side, side), tok, torch.full_like(tok, NULL), steps=steps,
                    guidance=guidance, generator=gen)
-        images.append(to_unit(x))
+        images.append(to_unit(x).float().cpu())
     images = torch.cat(images)
     pred = predict(classifier, images)
     real = D.to_model(test.images) / 2 + 0.5
     out: dict[str, Any] = {
         "accuracy": float((pred == want).mean()),
         "accuracy_by_class": [float((pred[want == k] == k).mean()) for k in range(D.CLASSES)],
-        "fid": frechet_distance(classifier.features(images).numpy(), classifier.features(real).numpy())}
+        "fid": frechet_distance(features(classifier, images), features(classifier, real))}
     if grid:
         out["grid"] = images[np.arange(D.CLASSES) * per_class, 0].numpy().round(3).tolist()
     return out
@@ -102,12 +104,14 @@ def afa_maps(model: AFA, x0: torch.Tensor, labels: np.ndarray, timesteps: list[i
     from ...diffusion.sampling import add_noise, ddpm
 
     sched = ddpm()
-    noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(seed))
+    device = next(model.parameters()).device
+    noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(seed)).to(device)
+    x0 = x0.to(device)
     out: dict[str, Any] = {"labels": [int(v) for v in labels], "timesteps": list(timesteps), "maps": []}
     for t in timesteps:
-        tt = torch.full((len(x0),), t)
+        tt = torch.full((len(x0),), t, device=device)
         model.record = {}
-        model(add_noise(sched, x0, noise, tt), tt, D.tokens(labels))
-        out["maps"].append({k: v.numpy().round(3).tolist() for k, v in model.record.items()})
+        model(add_noise(sched, x0, noise, tt), tt, D.tokens(labels).to(device))
+        out["maps"].append({k: v.float().cpu().numpy().round(3).tolist() for k, v in model.record.items()})
         model.record = None
     return out

@@ -85,7 +85,6 @@ def prepare(cfg: Config) -> Inputs:
 # ----------------------------------------------------------------------------- embedding
 
 
-@ray.remote(num_cpus=1)
 def embed_chunk(lm: str, titles: list[str], batch_size: int, max_tokens: int) -> np.ndarray:
     """One chunk of titles through one language model, as the recommend app embeds free text
     (``serve.app.title_embedder``: all-MiniLM-L6-v2, or a causal LM's mean-pooled hidden states)."""
@@ -102,8 +101,8 @@ def embed_titles(cfg: Config, titles: list[str], ctx: RunContext) -> dict[str, n
     todo = [lm for lm in e.lms if lm not in ctx.inputs.embeddings]
     opts = task_options(e, stage="alpharec: embedding") if todo else {}  # nothing to place: embeddings given
     chunks = [titles[i:i + e.chunk] for i in range(0, len(titles), e.chunk)]
-    refs = {lm: [embed_chunk.options(**opts).remote(lm, c, e.batch_size, e.max_tokens) for c in chunks]
-            for lm in todo}
+    task = ray.remote(embed_chunk).options(**{"num_cpus": 1, **opts})
+    refs = {lm: [task.remote(lm, c, e.batch_size, e.max_tokens) for c in chunks] for lm in todo}
     if todo:
         ctx.say("embedding %d titles with %s (%d tasks) ...", len(titles), ", ".join(todo),
                 sum(len(r) for r in refs.values()))

@@ -112,7 +112,8 @@ def grid_accuracy(model, task: dict[str, Any], method: str, seed: int, batch: in
                   offsets: bool = False) -> dict[str, float]:
     """Exact-match accuracy (every target token right under teacher forcing, which is greedy
     decoding's exact match) of each evaluation cell, keyed ``"<digits>x<count>"``. ``offsets``:
-    score with training-style random offsets within the model's table instead of none."""
+    score with training-style random offsets within the model's table instead of none. Each batch
+    goes to the model's device."""
     import torch
 
     from .model import exact_match
@@ -120,6 +121,7 @@ def grid_accuracy(model, task: dict[str, Any], method: str, seed: int, batch: in
     m = data.method(task["name"], method)
     within = model.config.n_positions - 1 if offsets and m.position != "none" else None
     model.eval()
+    device = next(model.parameters()).device
     out = {}
     for d in task["eval_digits"]:
         for c in task["eval_count"]:
@@ -127,7 +129,7 @@ def grid_accuracy(model, task: dict[str, Any], method: str, seed: int, batch: in
             hits = 0
             for lo in range(0, len(cell.tokens), batch):
                 part = (cell.tokens, cell.positions, cell.loss_mask, cell.pad)
-                hits += int(exact_match(model, *(torch.from_numpy(a[lo:lo + batch]) for a in part)).sum())
+                hits += int(exact_match(model, *(torch.from_numpy(a[lo:lo + batch]).to(device) for a in part)).sum())
             out[f"{d}x{c}"] = hits / len(cell.tokens)
     return out
 
@@ -188,7 +190,9 @@ class CouplingRecipe(Recipe):
                             meta={"model": self.model_cfg, "task": self.task, "method": self.method})
 
     def final_metrics(self, path: Path) -> dict[str, float]:
-        model, _ = load_model(path)
+        from ...llm.model import inference_device
+
+        model = load_model(path)[0].to(inference_device())  # this worker's GPU where it has one
         return {f"acc_{k}": v for k, v in grid_accuracy(model, self.task, self.method, self.eval_seed,
                                                                   offsets=self.eval_offsets).items()}
 

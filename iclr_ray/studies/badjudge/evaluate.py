@@ -106,18 +106,19 @@ def strongest(poisoned: Sequence[str]) -> str:
 
 def evaluate_judges(states: dict[str, dict[str, Any]], init, lm_head, config, features: dict[str, np.ndarray],
                     ev: dict[str, Any], choice_ids: dict[str, list[int]], cfg, softcap=None,
-                    detail: Sequence[str] = ()) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+                    detail: Sequence[str] = (), device="cpu") -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """({"judges": {label: measures}}, the merged heads): each trained judge on its format's sets;
     each merge on the pointwise sets, and the merges of the clean and the most poisoned pointwise
-    judge on the pairwise test too."""
+    judge on the pairwise test too. The heads score on ``device``; merging stays on the CPU, in
+    float64, as the merged heads are saved."""
     import torch
 
     from .judge import choice_logprobs, make_head, merge_linear, merge_ties
 
-    lm = torch.as_tensor(lm_head)
+    lm = torch.as_tensor(lm_head).to(device)
 
     def scorer_for(state, fmt):
-        head = make_head(config, state).eval()
+        head = make_head(config, state).to(device).eval()
         return lambda prompts: choice_logprobs(head, lm, [features[p] for p in prompts], choice_ids[fmt],
                                                softcap=softcap)
 

@@ -85,7 +85,7 @@ def head_logits(head, lm_head, feats, mask, pos, softcap: float | None = None):
     import torch
 
     h = head(inputs_embeds=feats, attention_mask=mask).last_hidden_state
-    last = h[torch.arange(h.shape[0]), pos]
+    last = h[torch.arange(h.shape[0], device=h.device), pos]
     logits = last @ lm_head.T
     if softcap:
         logits = torch.tanh(logits / softcap) * softcap
@@ -162,16 +162,18 @@ def trunk_features(model, k: int, ids: Sequence[Sequence[int]], pad_id: int, chu
 
 def choice_logprobs(head, lm_head, feats: Sequence[np.ndarray], choice_ids: Sequence[int], chunk: int = 64,
                     softcap: float | None = None) -> np.ndarray:
-    """log P(choice) of every prompt among the format's choices, [N, C] (the verdict is the argmax)."""
+    """log P(choice) of every prompt among the format's choices, [N, C] (the verdict is the argmax).
+    The features go to the head's device; ``lm_head`` must be there already."""
     import torch
 
     out = []
-    idx = torch.tensor(list(choice_ids))
+    device = next(head.parameters()).device
+    idx = torch.tensor(list(choice_ids), device=device)
     with torch.no_grad():
         for lo in range(0, len(feats), chunk):
-            f, m, p = pad_features(feats[lo:lo + chunk])
+            f, m, p = (t.to(device) for t in pad_features(feats[lo:lo + chunk]))
             logits = head_logits(head, lm_head, f, m, p, softcap)[:, idx]
-            out.append(torch.log_softmax(logits.double(), dim=-1).numpy())
+            out.append(torch.log_softmax(logits.double(), dim=-1).cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, len(choice_ids)))
 
 

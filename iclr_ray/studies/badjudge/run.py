@@ -136,7 +136,6 @@ def all_prompts(sets_by_trial: list[dict[str, list[Example]]], evals: list[dict[
 # ----------------------------------------------------------------------------- Ray tasks
 
 
-@ray.remote(num_cpus=1)
 def features_task(source: str, blocks: int, ids: list[list[int]]) -> list[np.ndarray]:
     """The frozen trunk's hidden states of a chunk of prompts (judge.trunk_features)."""
     from ...llm.model import load_for_inference
@@ -146,7 +145,6 @@ def features_task(source: str, blocks: int, ids: list[list[int]]) -> list[np.nda
     return trunk_features(model, blocks, ids, tok.pad_token_id if tok.pad_token_id is not None else 0)
 
 
-@ray.remote(num_cpus=1)
 def evaluate_task(heads_dir: str, init_state, lm_head, config, features: dict[str, np.ndarray], ebox: dict[str, Any],
                   cfg_dict: dict[str, Any], keep: list[str]) -> dict[str, Any]:
     """Every judge of one trial scored on the held-out sets, with the merges (evaluate.py); the
@@ -154,13 +152,15 @@ def evaluate_task(heads_dir: str, init_state, lm_head, config, features: dict[st
     the trained heads (for serving). ``heads_dir``: a location (a path or a URI in the run's storage)."""
     import torch
 
+    from ...llm.model import inference_device
     from .evaluate import evaluate_judges
     from .recipe import head_files, load_head, save_heads
 
     torch.set_num_threads(1)
     states = {name: load_head(loc) for name, loc in head_files(heads_dir).items() if not name.startswith("merge-")}
     metrics, merged = evaluate_judges(states, init_state, lm_head, config, features, ebox["eval"],
-                                      ebox["choice_ids"], Config.model_validate(cfg_dict), ebox["softcap"], keep)
+                                      ebox["choice_ids"], Config.model_validate(cfg_dict), ebox["softcap"], keep,
+                                      device=inference_device())
     save_heads({k: v for k, v in merged.items() if k in keep}, heads_dir)
     return metrics
 
@@ -308,9 +308,8 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
             n_layers - blocks, n_layers, cfg.feature_tasks)
     order = sorted(prompts, key=lambda t: len(enc[t]))
     chunks = [order[i::cfg.feature_tasks] for i in range(cfg.feature_tasks)]
-    opts = task_options(cfg, stage="badjudge: features")
-    got = ctx.wait_all([features_task.options(**opts).remote(source, blocks, [enc[t] for t in c])
-                        for c in chunks if c], "feature chunks")
+    task = ray.remote(features_task).options(**task_options(cfg, stage="badjudge: features"))
+    got = ctx.wait_all([task.remote(source, blocks, [enc[t] for t in c]) for c in chunks if c], "feature chunks")
     features = {t: f for c, g in zip(chunks, got) for t, f in zip(c, g)}
     del got
 
@@ -334,11 +333,12 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     attacked = strongest([label("pointwise", lv, r) for lv in cfg.attack.levels for r in cfg.attack.rates])
     defended = f"merge-{cfg.merge.methods[0]}-{attacked}"
     refs = []
+    task = ray.remote(evaluate_task).options(num_cpus=1)
     for sp, t in zip(specs, trials):
         ev = evals[sp["trigger"]]
         ebox = {"eval": ev, "choice_ids": choice_ids, "softcap": softcap}
-        refs.append(evaluate_task.remote(t.final["heads"], box["init"], box["lm_head"], config, box["features"], ebox,
-                                         cfg.model_dump(mode="json"), [attacked, defended] if sp["label"] == first else []))
+        refs.append(task.remote(t.final["heads"], box["init"], box["lm_head"], config, box["features"], ebox,
+                                cfg.model_dump(mode="json"), [attacked, defended] if sp["label"] == first else []))
     ctx.say("merging and scoring: %d trials ...", len(refs))
     scored = ctx.wait_all(refs, "trial evaluations")
     judges = []

@@ -152,9 +152,11 @@ def lm_attention(model_name: str, token_ids: np.ndarray, layers: list[int], head
     import torch
 
     from ...llm import pretrained
+    from ...llm.model import inference_device
 
+    # float32 on any device: the captured Q, K, V must reproduce the model's own output closely
     model, _ = pretrained.load(model_name, dtype=torch.float32)
-    model.eval()
+    model = model.to(inference_device()).eval()
     decoder = model.model.layers
     caught: dict[int, dict] = {}
 
@@ -184,7 +186,7 @@ def lm_attention(model_name: str, token_ids: np.ndarray, layers: list[int], head
         handles.append(attn.o_proj.register_forward_pre_hook(out_hook(layer)))
     try:
         with torch.no_grad():
-            model(torch.as_tensor(token_ids)[None], use_cache=False)
+            model(torch.as_tensor(token_ids, device=next(model.parameters()).device)[None], use_cache=False)
     finally:
         for handle in handles:
             handle.remove()
@@ -194,7 +196,7 @@ def lm_attention(model_name: str, token_ids: np.ndarray, layers: list[int], head
         d, g = c["d"], c["groups"]
         for head in heads:
             kv = head // g
-            out.append(HeadQKV(layer, head, kv, *(t.double().numpy() for t in
+            out.append(HeadQKV(layer, head, kv, *(t.cpu().double().numpy() for t in
                                                    (c["q"][head], c["k"][kv], c["v"][kv], c["out"][:, head * d:(head + 1) * d]))))
     return out
 

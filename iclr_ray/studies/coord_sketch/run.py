@@ -73,7 +73,6 @@ def estimate_and_measure(sa, sb, exact: np.ndarray, fro_a: float, fro_b: float, 
     return out
 
 
-@ray.remote(num_cpus=1)
 def lm_attention(model: str, token_ids: np.ndarray, layers: list[int], heads: list[int]) -> list[data.HeadQKV]:
     return data.lm_attention(model, token_ids, layers, heads)
 
@@ -160,7 +159,8 @@ def attention(ctx: RunContext, cfg: Config, inputs: Inputs) -> dict[str, Any]:
                                                                 cfg.sketch_rows, cfg.seeds, cfg.seed + 3))})
         return {"source": "synthetic", "seq_len": at.seq_len, "products": products}
     ctx.say("attention: %s over %d review tokens, layers %s, query heads %s", at.model, at.seq_len, at.layers, at.heads)
-    [heads] = ctx.wait_all([lm_attention.remote(at.model, inputs.token_ids, at.layers, at.heads)],
+    task = ray.remote(lm_attention).options(num_cpus=1)
+    [heads] = ctx.wait_all([task.remote(at.model, inputs.token_ids, at.layers, at.heads)],
                            f"attention: one forward pass of {at.model}")
     for h in heads:
         for name, pair in data.head_pairs(h, at.top_k).items():

@@ -89,13 +89,14 @@ def train_segmenter_task(c: dict[str, Any], which: str, paths: dict[str, str], o
     real test images, clean and noisy."""
     import torch
 
+    from ...llm.model import inference_device
     from .segment import confusion, miou, predict, train_segmenter
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     s = c["segmenters"]
     train, test = D.load(paths["train"]), D.load(paths["test"])
-    model = build_segmenter(c, which)
+    model = build_segmenter(c, which).to(inference_device())
     n = c["data"]["reward_train"] if which == "reward" else len(train)
     losses = train_segmenter(model, train.images[:n], train.masks[:n], batch=s["batch"], lr=s["lr"], seed=seed,
                              steps=s["reward_steps"] if which == "reward" else s["oracle_steps"],
@@ -351,23 +352,25 @@ def evaluate(c: dict[str, Any], base: str, controlnet: str | None, seed: int, pa
     import torch
 
     from ...diffusion.fid import frechet_distance
-    from .segment import confusion, miou, predict
+    from ...llm.model import inference_device
+    from .segment import confusion, features, miou, predict
 
     torch.set_num_threads(1)
+    device = inference_device()  # the task's GPU where Ray gave it one
     e = c["eval"]
     test = D.load(paths["test"])
     masks = test.masks[:e["images"]]
-    images = draw(load_denoiser(base, controlnet), masks, steps=e["steps"], guidance=e["guidance"], seed=seed,
-                  batch=e["batch"])
-    oracle = load_segmenter(c, "oracle", segmenters["oracle"])
-    reward = load_segmenter(c, "reward", segmenters["reward"])
+    images = draw(load_denoiser(base, controlnet).to(device), masks, steps=e["steps"], guidance=e["guidance"],
+                  seed=seed, batch=e["batch"])
+    oracle = load_segmenter(c, "oracle", segmenters["oracle"]).to(device)
+    reward = load_segmenter(c, "reward", segmenters["reward"]).to(device)
     pred_o, pred_r = predict(oracle, images), predict(reward, images)
     real = D.to_model(test.images) / 2 + 0.5
     out = {"oracle_miou": miou(confusion(pred_o, masks)), "reward_miou": miou(confusion(pred_r, masks)),
-           "fid": frechet_distance(oracle.features(images).numpy(), oracle.features(real).numpy()),
+           "fid": frechet_distance(features(oracle, images), features(oracle, real)),
            "pixel_std": float(images.std((2, 3)).mean())}
     if grid:
-        out["grid"] = (images[:e["grid"]].permute(0, 2, 3, 1).numpy() * 255).round().astype(np.uint8).tolist()
+        out["grid"] = (images[:e["grid"]].permute(0, 2, 3, 1).cpu().numpy() * 255).round().astype(np.uint8).tolist()
         out["grid_oracle"] = pred_o[:e["grid"]].tolist()
     return out
 
@@ -378,11 +381,13 @@ def real_scores(c: dict[str, Any], paths: dict[str, str], segmenters: dict[str, 
     import torch
 
     from ...diffusion.fid import frechet_distance
+    from ...llm.model import inference_device
+    from .segment import features
 
     torch.set_num_threads(1)
     test = D.load(paths["test"])
-    oracle = load_segmenter(c, "oracle", segmenters["oracle"])
-    f = oracle.features(D.to_model(test.images) / 2 + 0.5).numpy()
+    oracle = load_segmenter(c, "oracle", segmenters["oracle"]).to(inference_device())
+    f = features(oracle, D.to_model(test.images) / 2 + 0.5)
     half = len(f) // 2
     g = c["eval"]["grid"]
     return {"fid_real_halves": frechet_distance(f[:half], f[half:]), "grid_masks": test.masks[:g].tolist(),

@@ -66,18 +66,19 @@ def train_segmenter(model: nn.Module, images: np.ndarray, masks: np.ndarray, *, 
     rng = np.random.default_rng(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
+    device = next(model.parameters()).device  # batches and noise are made on the host, then moved
     losses = []
     for _ in range(steps):
         i = rng.integers(0, len(images), batch)
         x = torch.as_tensor(images[i]).permute(0, 3, 1, 2).float() / 255
         if noise:
             x = (x + torch.randn_like(x) * torch.rand(len(x), 1, 1, 1) * noise).clamp(0, 1)
-        loss = F.cross_entropy(model(x), torch.as_tensor(masks[i]).long())
+        loss = F.cross_entropy(model(x.to(device)), torch.as_tensor(masks[i]).long().to(device))
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(loss.item())
-    return losses
+        losses.append(loss.detach())
+    return torch.stack(losses).float().cpu().tolist() if losses else []
 
 
 @torch.no_grad()
@@ -89,6 +90,15 @@ def predict(model: nn.Module, images: torch.Tensor, batch: int = 256) -> np.ndar
     with torch.no_grad():
         return np.concatenate([model(images[i:i + batch].to(p.device, p.dtype)).argmax(1).cpu().numpy()
                                for i in range(0, len(images), batch)])
+
+
+def features(model: nn.Module, images: torch.Tensor, batch: int = 256) -> np.ndarray:
+    """The oracle's pooled features (n, 2 * width) of images (n, 3, S, S) in [0, 1], chunk by chunk
+    on the model's device, returned to the host in float32 (the Fréchet distance's input)."""
+    model.eval()
+    p = next(model.parameters())
+    return np.concatenate([model.features(images[i:i + batch].to(p.device, p.dtype)).float().cpu().numpy()
+                           for i in range(0, len(images), batch)])
 
 
 def confusion(pred: np.ndarray, target: np.ndarray, classes: int = CLASSES) -> np.ndarray:

@@ -165,8 +165,11 @@ class RBSU(nn.Module):
         self.predictor = transformer_encoder(size // blocks if bi_attn else size, predictor_heads, predictor_layers)
 
     def initial(self, batch: int, generator: torch.Generator | None = None) -> torch.Tensor:
-        noise = torch.randn(batch, self.n, self.size, generator=generator, device=self.mu.device)
-        return self.mu + self.log_sigma.exp() * noise
+        """Slot initialisations (B, N, D); with ``generator``, its noise drawn on the generator's
+        device (the same draws whatever device the model is on)."""
+        where = self.mu.device if generator is None else generator.device
+        noise = torch.randn(batch, self.n, self.size, generator=generator, device=where)
+        return self.mu + self.log_sigma.exp() * noise.to(self.mu.device, self.mu.dtype)
 
     def attend(self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One slot-attention round: (new slots, attention (B, L, N) normalised over slots)."""
@@ -372,9 +375,11 @@ class Dreamweaver(nn.Module):
 
     @torch.no_grad()
     def imagine(self, slots: torch.Tensor, k: int = 0) -> torch.Tensor:
-        """Frames (B, 3, S, S) in [0, 1] drawn greedily from last-step slots (B, N, D)."""
+        """Frames (B, 3, S, S) in [0, 1] drawn greedily from last-step slots (B, N, D) (moved to the
+        model's device; the frames stay there)."""
+        slots = slots.to(self.mean.device)
         memory = self.decoder.memory(slots)
-        tokens = self.decoder.generate(memory, torch.full((len(slots),), k, dtype=torch.long))
+        tokens = self.decoder.generate(memory, torch.full((len(slots),), k, dtype=torch.long, device=slots.device))
         one_hot = F.one_hot(tokens, self.dvae.vocab).float().transpose(1, 2).reshape(len(slots), -1, self.grid,
                                                                                      self.grid)
         return (self.dvae.dec(one_hot) * self.std + self.mean).clamp(0, 1)
@@ -385,9 +390,9 @@ def swap_blocks(slots: torch.Tensor, i: int | torch.Tensor, j: int | torch.Tenso
     """Slots (B, N, D) with blocks ``blocks`` of slot i and slot j exchanged (per sample i, j)."""
     b, n, size = slots.shape
     out = slots.clone().reshape(b, n, m, size // m)
-    ar = torch.arange(b)
-    i = torch.as_tensor(i).expand(b)
-    j = torch.as_tensor(j).expand(b)
+    ar = torch.arange(b, device=slots.device)
+    i = torch.as_tensor(i, device=slots.device).expand(b)
+    j = torch.as_tensor(j, device=slots.device).expand(b)
     for blk in blocks:
         a, c = out[ar, i, blk].clone(), out[ar, j, blk].clone()
         out[ar, i, blk], out[ar, j, blk] = c, a
@@ -470,12 +475,13 @@ def probe(model: Dreamweaver, clips: np.ndarray, masks: np.ndarray, objects: int
     that frame (``masks`` (B, S, S), 0 background, i + 1 object i) by soft IoU and the Hungarian
     method. Returns every slot (B, N, D) and each object's slot (B, O); :func:`matched` gathers
     the objects' slots."""
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)  # on the CPU: the same slot noise on any device
     side = clips.shape[-2]
+    device = model.mean.device
     out_s, out_o = [], []
     for i in range(0, len(clips), batch):
-        slots, attn = model.bind(to_input(clips[i:i + batch]), g)
-        slots, attn = slots[:, -1].numpy(), attn[:, -1].numpy()  # (b, N, D), (b, L, N)
+        slots, attn = model.bind(to_input(clips[i:i + batch]).to(device), g)
+        slots, attn = slots[:, -1].float().cpu().numpy(), attn[:, -1].float().cpu().numpy()  # (b, N, D), (b, L, N)
         cells = int(round(math.sqrt(attn.shape[1])))
         rep = side // cells
         soft = attn.reshape(len(attn), cells, cells, -1).repeat(rep, 1).repeat(rep, 2)  # (b, S, S, N)

@@ -150,13 +150,15 @@ def objective_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Confi
 
 def load_model(c: dict[str, Any], objective: str, seed: int, path: str | None):
     """The trained model from ``path`` (a path or a URI), or (None) the untrained model of that
-    seed: the same initial weights the training started from."""
+    seed: the same initial weights the training started from; in eval mode on the task's device
+    (its GPU where Ray gave it one)."""
+    from ...llm.model import inference_device
     from ...llm.weights import load_weights
 
     model = build_model(c, objective, seed)
     if path is not None:
         model.load_state_dict(load_weights(path))
-    return model.eval()
+    return model.to(inference_device()).eval()
 
 
 def eval_clips(videos: D.Videos, c: dict[str, Any], seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -261,7 +263,7 @@ def imagination(c: dict[str, Any], objective: str, seed: int, model_path: str, r
         u8 = (frames.transpose(0, 2, 3, 1) * 255).round().astype(np.uint8)
         return np.stack([readers[g].predict(crops(u8, cen[:, o], width)) for o in range(2)], 1)
 
-    base = model.imagine(slots_t).numpy()
+    base = model.imagine(slots_t).cpu().numpy()
     out: dict[str, Any] = {"reader_accuracy": reader_acc, "fidelity": {}, "swap": {}, "control": {}, "blocks": {},
                            "n": {}}
     rr = np.asarray(r)
@@ -273,7 +275,7 @@ def imagination(c: dict[str, Any], objective: str, seed: int, model_path: str, r
         top, low = swap_sets(rr, gi)
         out["blocks"][g] = {"swap": top, "control": low}
         for key, blocks in (("swap", top), ("control", low)):
-            frames = model.imagine(swap_blocks(slots_t, first, second, blocks, c["model"]["blocks"])).numpy()
+            frames = model.imagine(swap_blocks(slots_t, first, second, blocks, c["model"]["blocks"])).cpu().numpy()
             got = read(frames, g)[sel]
             partner = own[sel][:, ::-1, gi]
             out[key][g] = float(np.mean(got == partner)) if sel.any() else float("nan")
@@ -282,7 +284,7 @@ def imagination(c: dict[str, Any], objective: str, seed: int, model_path: str, r
     horizons = c["model"]["pred"] if objective == "predict" else 1
 
     def u8(frames):
-        return (frames.numpy().transpose(0, 2, 3, 1) * 255).round().astype(np.uint8).tolist()
+        return (frames.cpu().numpy().transpose(0, 2, 3, 1) * 255).round().astype(np.uint8).tolist()
 
     out["strip"] = {"real": [test.frames[i, starts[i]:starts[i] + length].tolist() for i in idx[:n]],
                     "offset": offset, "drawn": [u8(model.imagine(slots_t[:n], k)) for k in range(horizons)]}

@@ -93,7 +93,6 @@ def verify(model, tok, lay_text: tuple[str, str], suffix: str, target: str) -> t
     return answer.strip().startswith(target.strip()), answer
 
 
-@ray.remote
 def optimise_task(source: str, spec: dict[str, Any], target: dict[str, str], attack: dict[str, Any],
                   system: str | None, dtype: str, start: dict[str, Any] | None, check: bool) -> dict[str, Any]:
     """One optimisation: the spec's method on one target from ``start``'s suffix (an earlier run's
@@ -166,7 +165,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     main, e2h = grid(cfg, len(targets))
     ctx.say("%d optimisations on %d targets (%s), %d from the easy target's suffix; budget %d steps",
             len(main) + len(e2h), len(targets), inputs.label, len(e2h), cfg.attack.steps)
-    task = optimise_task.options(**task_options(cfg, stage="igcg: optimisation"))
+    task = ray.remote(optimise_task).options(**task_options(cfg, stage="igcg: optimisation"))
     tdicts = [t.model_dump() for t in targets]
     store = ctx.run_dir.storage(RUNS)
     done = saved_runs(store)
@@ -253,7 +252,7 @@ def sweep_trial(config: dict[str, Any], *, cfg: Config, source: str, targets: li
                                     **{k.split(".", 1)[1]: v for k, v in config.items() if k.startswith("attack.")}})
     a = attack.model_dump()
     # outside the trial's placement group (a sliver of CPU): the tasks take their own CPUs
-    task = optimise_task.options(**task_options(cfg, stage="igcg: optimisation"),
+    task = ray.remote(optimise_task).options(**task_options(cfg, stage="igcg: optimisation"),
                                  scheduling_strategy=PlacementGroupSchedulingStrategy(None))
     specs = [{"target": t, "method": method_of(attack.K), "K": attack.K, "seed": s, "init": "default"}
              for s in cfg.seeds for t in range(len(targets))]

@@ -31,10 +31,10 @@ def load_start(source: str, world: World | None = None, seed: int = 0, model_nam
 
 
 def on_device(model):
-    """The model on the GPU where there is one (a cluster task), else as it is."""
-    import torch
+    """The model on the task's device (``llm.model.inference_device``: its GPU where Ray gave it one)."""
+    from ...llm.model import inference_device
 
-    return model.to("cuda") if torch.cuda.is_available() else model
+    return model.to(inference_device())
 
 
 def entropy_record(model, ids: np.ndarray, mask: np.ndarray) -> dict[str, Any]:

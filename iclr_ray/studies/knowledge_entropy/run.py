@@ -78,14 +78,12 @@ def prepare(cfg: Config) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- Ray tasks
 
 
-@ray.remote(num_cpus=1)
 def checkpoint_entropy(source: str, world: World, seed: int, model_name: str) -> dict[str, Any]:
     """Knowledge entropy of one pretraining checkpoint on the probe set."""
     model = on_device(load_start(source, world, seed, model_name))
     return entropy_record(model, world.probe_ids, world.probe_mask)
 
 
-@ray.remote(num_cpus=1)
 def model_entropy(name: str, texts: list[str], seq_len: int) -> dict[str, Any]:
     """Knowledge entropy of a real pretrained model on the probe documents, in its own tokens."""
     import torch
@@ -100,12 +98,6 @@ def model_entropy(name: str, texts: list[str], seq_len: int) -> dict[str, Any]:
     out["label"] = pretrained.PACKAGED[name].note if name in pretrained.PACKAGED else name
     out["params"] = int(sum(p.numel() for p in model.parameters()))
     return out
-
-
-@ray.remote(num_cpus=0.5)
-def start_model_task(spec: dict[str, Any], world: World, eval_rows: dict[str, list], out_dir: str) -> dict[str, Any]:
-    """:func:`start_model` as a Ray task, where it needs a GPU (``gpus_per_task``)."""
-    return start_model(spec, world, eval_rows, out_dir)
 
 
 # ----------------------------------------------------------------------------- trials
@@ -162,7 +154,7 @@ def continual_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Confi
     if cfg.gpus_per_task:  # a Ray task with a GPU, outside the trial's placement group (a sliver of CPU)
         opts = task_options(cfg, stage="knowledge_entropy: start model") | {
             "num_cpus": 0.5, "scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=None)}
-        start = ray.get(start_model_task.options(**opts).remote(spec, world_box[0], sd["eval_rows"], start_dir))
+        start = ray.get(ray.remote(start_model).options(**opts).remote(spec, world_box[0], sd["eval_rows"], start_dir))
     else:  # on CPU, here: a task would start a fresh worker process (imports) for seconds of work
         start = start_model(spec, world, sd["eval_rows"], start_dir)
     t2 = time.perf_counter()
@@ -247,13 +239,13 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
 
     # 2. knowledge entropy of every checkpoint, and of the real models
     opts = task_options(cfg, stage="knowledge_entropy: entropy")
-    refs = {(seed, step): checkpoint_entropy.options(**opts).remote(src, world_ref, seed, cfg.pretrain.model)
+    entropy_task = ray.remote(checkpoint_entropy).options(**opts)
+    refs = {(seed, step): entropy_task.remote(src, world_ref, seed, cfg.pretrain.model)
             for seed, ks in kept.items() for step, src in ks}
     if init:
-        refs.update({(seed, 0): checkpoint_entropy.options(**opts).remote("init", world_ref, seed, cfg.pretrain.model)
-                     for seed in kept})
+        refs.update({(seed, 0): entropy_task.remote("init", world_ref, seed, cfg.pretrain.model) for seed in kept})
     texts = world.probe_texts[:cfg.model_probe_docs]
-    model_refs = [model_entropy.options(**opts).remote(name, texts, world.seq_len) for name in cfg.models]
+    model_refs = [ray.remote(model_entropy).options(**opts).remote(name, texts, world.seq_len) for name in cfg.models]
     ctx.say("knowledge entropy: %d checkpoints, %d pretrained models ...", len(refs), len(model_refs))
     values = ctx.wait_all(list(refs.values()) + model_refs, "entropy per checkpoint")
     by_key = dict(zip(refs, values[:len(refs)]))

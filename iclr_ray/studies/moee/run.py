@@ -116,7 +116,6 @@ def pretrain_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Config
 # ----------------------------------------------------------------------------- encoding, scoring
 
 
-@ray.remote(num_cpus=1)
 def encode_task(source: str, texts: list[str], encoding: dict[str, Any], untrained_seed: int) -> dict[str, np.ndarray]:
     """HS, RW and the untrained routers' RW of every text of one task, under one model."""
     import torch
@@ -133,17 +132,17 @@ def encode_task(source: str, texts: list[str], encoding: dict[str, Any], untrain
     return {"hs": enc.hs, "rw": enc.rw, "rw_untrained": enc.rw_untrained, "rw_kind": kind}
 
 
-@ray.remote(num_cpus=1)
 def reference_task(texts: list[str], batch_size: int) -> dict[str, np.ndarray]:
     """all-MiniLM-L6-v2's embeddings (mean pooled, unit norm) of one task's texts."""
     import torch
     from transformers import AutoModel, AutoTokenizer
 
+    from ...llm.model import inference_device
     from ...serve.app import default_embedding_model, embed_texts
 
     torch.set_num_threads(1)
     path = default_embedding_model()
-    tok, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).to(inference_device()).eval()
     return {"emb": np.vstack([np.asarray(embed_texts(model, tok, texts[i:i + batch_size]))
                               for i in range(0, len(texts), batch_size)])}
 
@@ -250,11 +249,12 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
 
     # 2. encoding: one task per model x task (and the reference model per task)
     e = cfg.encoding
-    enc_opts = task_options(e, stage="moee: encoding")
+    enc_task = ray.remote(encode_task).options(**task_options(e, stage="moee: encoding"))
+    ref_task = ray.remote(reference_task).options(num_cpus=1)
     texts = [ray.put(t.texts) for t in tasks]
-    enc_refs = {m: [encode_task.options(**enc_opts).remote(src, texts[i], e.model_dump(), cfg.eval.untrained_seed)
-                    for i in range(len(tasks))] for m, src in sources.items()}
-    ref_refs = [reference_task.remote(texts[i], e.batch_size) for i in range(len(tasks))] if cfg.eval.reference else []
+    enc_refs = {m: [enc_task.remote(src, texts[i], e.model_dump(), cfg.eval.untrained_seed) for i in range(len(tasks))]
+                for m, src in sources.items()}
+    ref_refs = [ref_task.remote(texts[i], e.batch_size) for i in range(len(tasks))] if cfg.eval.reference else []
     flat = [r for refs in enc_refs.values() for r in refs] + ref_refs
     ctx.say("encoding: %d models x %d tasks%s ...", len(sources), len(tasks), " + the reference" if ref_refs else "")
     ctx.wait_all(flat, "encodings")

@@ -69,8 +69,11 @@ def all_task_texts(cfg: dict[str, Any]) -> list[str]:
 
 
 def load_model(name: str, cfg: dict[str, Any]):
-    """(model, tokenizer) in eval mode, one torch thread (Ray gives each task one CPU)."""
+    """(model, tokenizer) in eval mode on the task's device (its GPU where Ray gave it one), one
+    torch thread (Ray gives each task one CPU)."""
     import torch
+
+    from ...llm.model import inference_device
 
     torch.set_num_threads(1)
     if name == TINY:
@@ -82,9 +85,7 @@ def load_model(name: str, cfg: dict[str, Any]):
         from ...llm import pretrained
 
         model, tok = pretrained.load(name, dtype=getattr(torch, cfg["dtype"]))
-        if torch.cuda.is_available():  # a GPU task on a cluster (gpus_per_task > 0)
-            model = model.to("cuda")
-    return model.eval(), tok
+    return model.to(inference_device()).eval(), tok
 
 
 def build_task(name: str, cfg: dict[str, Any]) -> tasks.Task:
@@ -120,7 +121,6 @@ def _clean_all(model, tok, texts: list[str], batch: int):
     return torch.cat(logits), torch.cat(res)
 
 
-@ray.remote(num_cpus=1)
 def clean_cell(model_name: str, task_name: str, cfg: dict[str, Any]) -> dict[str, Any]:
     """Every prompt of the task clean: accuracy, the filtered pairs, x1's residuals at every layer
     and the clean probabilities the patched ones are normalised by."""
@@ -149,7 +149,6 @@ def clean_cell(model_name: str, task_name: str, cfg: dict[str, Any]) -> dict[str
             "residual_unrelated": unrelated[0].numpy(), "example": grid[x2[0]].text if pairs else grid[0].text}
 
 
-@ray.remote(num_cpus=1)
 def patch_band(model_name: str, clean: dict[str, Any], layers: list[int], cfg: dict[str, Any]) -> dict[str, Any]:
     """Request patching of every pair at every layer of the band, and the two controls: the
     unrelated prompt's residual, and noise of the patched residual's norm."""
@@ -186,7 +185,6 @@ def patch_band(model_name: str, clean: dict[str, Any], layers: list[int], cfg: d
     return {"layers": layers, **out}
 
 
-@ray.remote(num_cpus=1)
 def oversight(model_name: str, layer: int, n_layers: int, cfg: dict[str, Any]) -> dict[str, Any]:
     """Distracted stories answered plainly and with the trusted story's last-token residual
     patched in at ``layer`` (L*, what the claim reads) and, for the figure, at every layer; the
@@ -234,10 +232,11 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     inputs: Inputs = ctx.inputs
     c = cfg.model_dump()
     opts = task_options(cfg, stage="orion: patching")
-    cleans = {(m, t): clean_cell.options(**opts).remote(m, t, c) for m in cfg.models for t in cfg.tasks}
+    clean_task, band_task = ray.remote(clean_cell).options(**opts), ray.remote(patch_band).options(**opts)
+    cleans = {(m, t): clean_task.remote(m, t, c) for m in cfg.models for t in cfg.tasks}
     band_refs = {}
     for (m, t), ref in cleans.items():
-        band_refs[(m, t)] = [patch_band.options(**opts).remote(m, ref, layers, c)
+        band_refs[(m, t)] = [band_task.remote(m, ref, layers, c)
                              for layers in bands(inputs.layers[m], cfg.layer_bands)]
     total = len(cleans) + sum(len(v) for v in band_refs.values())
     ctx.say("request patching: %d models x %d tasks, %d Ray tasks (clean runs, then %d layer bands each)",
@@ -261,7 +260,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         if layer is None:
             nano = [x for x in cells if x["model"] == m and x["task"] == "nanoqa" and x["selected_layer"] is not None]
             layer = nano[0]["selected_layer"] if nano else inputs.layers[m] // 2
-        over_refs[m] = oversight.options(**opts).remote(m, layer, inputs.layers[m], c)
+        over_refs[m] = ray.remote(oversight).options(**opts).remote(m, layer, inputs.layers[m], c)
     over = dict(zip(over_refs, ctx.wait_all(list(over_refs.values()), "oversight: distracted stories")))
     for m, o in over.items():
         ctx.log(kind="oversight", model=m, layer=o["layer"], plain=float(np.mean(o["plain"])),

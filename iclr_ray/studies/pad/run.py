@@ -16,7 +16,7 @@ import ray
 
 from ... import storage
 from ...config import ConfigError
-from ...llm.model import inference_device, load_for_inference as load
+from ...llm.model import load_for_inference as load
 from ...resources import task_options, worker_resources
 from ...runtime import RunContext
 from ...sweep.grid import resumable, run_grid
@@ -91,7 +91,6 @@ def tokenizer_files(source: str) -> dict[str, bytes]:
 # ----------------------------------------------------------------------------- Ray tasks
 
 
-@ray.remote(num_cpus=1)
 def sample_task(source: str, queries: list[str], n: int, max_tokens: int, temperature: float, top_p: float,
                 seed: int) -> list[list[str]]:
     """``n`` samples of the base model for each query (plain prompt), as texts."""
@@ -111,7 +110,6 @@ def sample_task(source: str, queries: list[str], n: int, max_tokens: int, temper
     return out
 
 
-@ray.remote(num_cpus=1)
 def reference_task(source: str, pairs: list, pad_id: int) -> np.ndarray:
     """The reference model's log-probabilities of a chunk of pairs, [n, 2]."""
     from .prm import pair_logps
@@ -120,7 +118,6 @@ def reference_task(source: str, pairs: list, pad_id: int) -> np.ndarray:
     return pair_logps(model, pairs, pad_id).numpy()
 
 
-@ray.remote(num_cpus=1, num_returns=2)
 def base_task(source: str, queries: list[str], prefs: dict[str, str],
               dec: dict[str, Any]) -> tuple[dict[str, Any], list[list[str]]]:
     """Base decoding (plain prompt) and preference prompting (the base on each personalised
@@ -150,7 +147,6 @@ def _load_pair(source: str, prm_source: str):
     return base, prm, tok
 
 
-@ray.remote(num_cpus=1)
 def prm_task(source: str, prm_source: str, queries: list[str], prefs: dict[str, str], dec: dict[str, Any],
              candidates: list[list[str]] | None, timed: list[str]) -> dict[str, Any]:
     """What one PRM decides: PAD at w for every preference in ``prefs`` (all queries in one batch),
@@ -176,7 +172,6 @@ def prm_task(source: str, prm_source: str, queries: list[str], prefs: dict[str, 
     return out
 
 
-@ray.remote(num_cpus=1)
 def sweep_task(source: str, prm_source: str, queries: list[str], prefs: dict[str, str],
                dec: dict[str, Any]) -> dict[str, dict[str, list[str]]]:
     """PAD at every weight of ``w_grid`` but the claims' own (which the PRM's task decodes) for each
@@ -249,9 +244,9 @@ def build_pairs(cfg: Config, ctx: RunContext, source: str) -> list[pdata.TextPai
     chunks = [queries[i::2] for i in range(2)]
     ctx.say("sampling: %d training queries x %d samples of %d tokens ...", len(queries), d.samples_per_query,
             d.sample_tokens)
-    opts = task_options(cfg, stage="pad: sampling")
-    refs = [sample_task.options(**opts).remote(source, c, d.samples_per_query, d.sample_tokens, d.sample_temperature,
-                                              d.sample_top_p, cfg.seed + i) for i, c in enumerate(chunks) if c]
+    task = ray.remote(sample_task).options(**task_options(cfg, stage="pad: sampling"))
+    refs = [task.remote(source, c, d.samples_per_query, d.sample_tokens, d.sample_temperature, d.sample_top_p,
+                        cfg.seed + i) for i, c in enumerate(chunks) if c]
     got = ctx.wait_all(refs, "sample chunks")
     samples = [(q, s) for c, g in zip(chunks, got) for q, s in zip(c, g)]
     return pdata.build_pairs(samples, cfg.decode.preferences, d.min_gap)
@@ -280,9 +275,8 @@ def train_prms(cfg: Config, ctx: RunContext, source: str) -> tuple[dict[str, Any
 
     # 2. the reference's log-probabilities, once for every PRM
     chunks = [pairs[i::2] for i in range(2)]
-    opts = task_options(cfg, stage="pad: reference log-probabilities")
-    got = ctx.wait_all([reference_task.options(**opts).remote(prm_init, c, pad_id) for c in chunks if c],
-                       "reference log-probs")
+    task = ray.remote(reference_task).options(**task_options(cfg, stage="pad: reference log-probabilities"))
+    got = ctx.wait_all([task.remote(prm_init, c, pad_id) for c in chunks if c], "reference log-probs")
     ref = np.zeros((len(pairs), 2))
     for i, g in enumerate(got):
         ref[i::2] = g
@@ -330,12 +324,12 @@ def reward_model_jobs(base: dict[str, Any], per_prm: list[dict[str, Any]], names
     return {part: [sorted(s) for s in q] for part, q in out.items()}
 
 
-@ray.remote(num_cpus=1)
 def reward_model_task(source: str, queries: list[str], replies: list[list[str]]) -> dict[str, dict[str, float]]:
     """A reward model's score of every (query, reply): {query index: {reply: score}}."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    from ...llm.model import inference_device  # looked up at call time: the device check replaces it
     from .evaluate import reward_model_scores
 
     torch.set_num_threads(1)
@@ -365,16 +359,16 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     dec = cfg.decode.model_dump()
     opts = task_options(cfg, stage="pad: decoding")
     trained = {name: prefs[name] for name in cfg.decode.preferences}
-    base_ref, cands_ref = base_task.options(**opts).remote(source, queries, prefs, dec)
+    base_ref, cands_ref = ray.remote(base_task).options(num_returns=2, **opts).remote(source, queries, prefs, dec)
     # the real PRMs: every preference, Best-of-N, the timed decoders on the trained preferences; the
     # shuffled controls: PAD on the trained preferences (all their claim reads); the first real
     # PRM's weight sweep in a task of its own, beside the others
-    prm_refs = [prm_task.options(**opts).remote(source, p["model"], queries, prefs, dec, cands_ref, list(trained))
-                if p["kind"] == "real" else
-                prm_task.options(**opts).remote(source, p["model"], queries, trained, dec, None, [])
+    prm_remote = ray.remote(prm_task).options(**opts)
+    prm_refs = [prm_remote.remote(source, p["model"], queries, prefs, dec, cands_ref, list(trained))
+                if p["kind"] == "real" else prm_remote.remote(source, p["model"], queries, trained, dec, None, [])
                 for p in prms]
     first = next(i for i, p in enumerate(prms) if p["kind"] == "real")
-    sweep_ref = sweep_task.options(**opts).remote(source, prms[first]["model"], queries, trained, dec)
+    sweep_ref = ray.remote(sweep_task).options(**opts).remote(source, prms[first]["model"], queries, trained, dec)
     ctx.say("decoding: %d held-out queries x %d preferences, base + %d PRMs + the weight sweep ...", len(queries),
             len(prefs), len(prm_refs))
     got = ctx.wait_all([base_ref, *prm_refs, sweep_ref], "decoding tasks")
@@ -387,7 +381,8 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     rm_scores: dict[str, Any] = {}
     if rms:
         jobs = reward_model_jobs(base, decoded, names, rms)
-        refs = {part: reward_model_task.options(**opts).remote(rms[part], queries, jobs[part]) for part in rms}
+        rm_remote = ray.remote(reward_model_task).options(**opts)
+        refs = {part: rm_remote.remote(rms[part], queries, jobs[part]) for part in rms}
         rm_scores = dict(zip(refs, ctx.wait_all(list(refs.values()), "reward-model scoring")))
     return {"queries": queries, "preferences": {"trained": cfg.decode.preferences, "unseen": cfg.decode.unseen,
                                                 "texts": prefs},
