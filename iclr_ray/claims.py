@@ -5,13 +5,16 @@ An :class:`Estimate` is a measured value, its 95% interval over the unit the exp
 deterministic value. Build one with :func:`mean`, :func:`proportion`, :func:`paired_difference`,
 :func:`bootstrap` (any statistic of the units, resampled together) or :func:`exact`.
 
-A :class:`Claim` pairs a paper statement with an estimate and a bound read from the paper. Its
-verdict ``holds`` is three-valued and computed, never typed in: True when the whole interval meets
-the bound, False when the whole interval misses it, None ("inconclusive") when the interval
-straddles it. A deterministic value is judged as a point. A claim made with ``check=True`` is a
-property that holds by construction (an identity, an invariant, a consequence of how the
-experiment was set up): it is computed and shown under its own heading, never counted as a paper
-claim.
+A :class:`Claim` pairs a paper statement with an estimate and a bound, and says where the bound
+comes from (``source``, one of :data:`SOURCES`): ``paper`` (the statement names the section,
+table or figure that gives the number), ``paper-read`` (a phrase such as "barely" or "improves"
+turned into a number; the statement gives the reading) or ``ours`` (a sanity bound of this
+project, such as "above chance"). Its verdict ``holds`` is three-valued and computed, never typed
+in: True when the whole interval meets the bound, False when the whole interval misses it, None
+("inconclusive") when the interval straddles it. A deterministic value is judged as a point. A
+claim made with ``check=True`` is a property that holds by construction (an identity, an
+invariant, a consequence of how the experiment was set up): it is computed and shown under its own
+heading, never counted as a paper claim.
 
 Comparisons allow a relative float tolerance of :data:`REL_TOL` (at least that much absolute), so a
 value that is the bound in decimal arithmetic meets it in binary too: a success rate of 0.15
@@ -28,6 +31,9 @@ import numpy as np
 
 from .markdown import fmt, table
 
+SOURCES = ("paper", "paper-read", "ours")
+"""where a claim's bound comes from: the paper's number (the statement names where), our reading of
+the paper's words as a number (the statement gives the reading), or a bound of this project"""
 REL_TOL = 1e-9
 LEVEL = 0.95
 """the coverage of every interval"""
@@ -139,6 +145,8 @@ class Claim:
     holds: bool | None
     note: str = ""
     check: bool = False
+    source: str = "ours"
+    """one of :data:`SOURCES`; a check's bound is always ours"""
 
     @staticmethod
     def _estimate(est: Estimate | float, check: bool) -> Estimate:
@@ -150,35 +158,40 @@ class Claim:
                         "deterministic value), not on a bare number")
 
     @classmethod
-    def _make(cls, id, statement, est, bound, holds, note, check) -> "Claim":
-        return cls(id, statement, est.value, est.ci, est.n, bound, holds, note, check)
+    def _make(cls, id, statement, est, bound, holds, note, check, source) -> "Claim":
+        if check:
+            source = source or "ours"
+        if source not in SOURCES:
+            raise ValueError(f"claim {id}: source={source!r}; a claim says where its bound comes from, one of "
+                             f"{', '.join(SOURCES)}")
+        return cls(id, statement, est.value, est.ci, est.n, bound, holds, note, check, source)
 
     @classmethod
     def at_least(cls, id: str, statement: str, est: Estimate | float, bound: float, note: str = "",
-                 check: bool = False) -> "Claim":
+                 check: bool = False, *, source: str | None = None) -> "Claim":
         e = cls._estimate(est, check)
         ok = _verdict(e, lambda x: x >= bound - _slack(bound))
-        return cls._make(id, statement, e, f">= {bound:g}", ok, note, check)
+        return cls._make(id, statement, e, f">= {bound:g}", ok, note, check, source)
 
     @classmethod
     def above(cls, id: str, statement: str, est: Estimate | float, bound: float, note: str = "",
-              check: bool = False) -> "Claim":
+              check: bool = False, *, source: str | None = None) -> "Claim":
         """Strictly above ``bound`` ("raises", "more than"): an interval that touches the bound, such
         as a gain that is exactly zero on every unit, does not hold."""
         e = cls._estimate(est, check)
         ok = _verdict(e, lambda x: x > bound + _slack(bound))
-        return cls._make(id, statement, e, f"> {bound:g}", ok, note, check)
+        return cls._make(id, statement, e, f"> {bound:g}", ok, note, check, source)
 
     @classmethod
     def at_most(cls, id: str, statement: str, est: Estimate | float, bound: float, note: str = "",
-                check: bool = False) -> "Claim":
+                check: bool = False, *, source: str | None = None) -> "Claim":
         e = cls._estimate(est, check)
         ok = _verdict(e, lambda x: x <= bound + _slack(bound))
-        return cls._make(id, statement, e, f"<= {bound:g}", ok, note, check)
+        return cls._make(id, statement, e, f"<= {bound:g}", ok, note, check, source)
 
     @classmethod
     def within(cls, id: str, statement: str, est: Estimate | float, lo: float, hi: float, note: str = "",
-               check: bool = False) -> "Claim":
+               check: bool = False, *, source: str | None = None) -> "Claim":
         """Holds when the whole interval lies in [lo, hi], fails when the whole interval lies outside
         it (all below lo or all above hi), inconclusive otherwise."""
         e = cls._estimate(est, check)
@@ -189,7 +202,7 @@ class Claim:
             ok = None if e.ci is not None else False
         else:
             ok = True if inside else False if outside else None
-        return cls._make(id, statement, e, f"in [{lo:g}, {hi:g}]", ok, note, check)
+        return cls._make(id, statement, e, f"in [{lo:g}, {hi:g}]", ok, note, check, source)
 
     def to_dict(self) -> dict[str, Any]:
         def num(x):  # JSON has no NaN or infinity: null; an unbounded end is null too
@@ -197,7 +210,7 @@ class Claim:
 
         d = {"id": self.id, "statement": self.statement, "measured": num(self.measured),
              "ci": None if self.ci is None else [num(self.ci[0]), num(self.ci[1])], "n": self.n,
-             "bound": self.bound, "holds": self.holds, "note": self.note}
+             "bound": self.bound, "source": self.source, "holds": self.holds, "note": self.note}
         if self.check:
             d["check"] = True
         return d
@@ -209,7 +222,7 @@ class Claim:
         if ci is not None:
             ci = (-math.inf if ci[0] is None else float(ci[0]), math.inf if ci[1] is None else float(ci[1]))
         return cls(d["id"], d["statement"], measured, ci, int(d.get("n", 1)), d["bound"], d["holds"],
-                   d.get("note", ""), bool(d.get("check", False)))
+                   d.get("note", ""), bool(d.get("check", False)), d.get("source", "unstated"))
 
 
 def verdict_word(holds: bool | None) -> str:
@@ -223,11 +236,11 @@ def _interval(c: Claim) -> str:
 
 
 def claims_table(claims: list[Claim]) -> str:
-    """Markdown: one row per claim with the measured value, its interval and units, the bound and
-    the verdict."""
-    return table(["claim", "paper statement", "measured", "95% interval", "n", "bound", "holds"],
+    """Markdown: one row per claim with the measured value, its interval and units, the bound, where
+    the bound comes from and the verdict."""
+    return table(["claim", "paper statement", "measured", "95% interval", "n", "bound", "source", "holds"],
                  [[f"`{c.id}`", c.statement + (f" ({c.note})" if c.note else ""), fmt(c.measured), _interval(c),
-                   str(c.n), c.bound, verdict_word(c.holds)] for c in claims])
+                   str(c.n), c.bound, c.source, verdict_word(c.holds)] for c in claims])
 
 
 def checks_table(checks: list[Claim]) -> str:

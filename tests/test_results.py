@@ -16,25 +16,25 @@ def E(lo, hi, value=None, n=10):
 
 
 def test_verdicts_are_judged_on_the_whole_interval():
-    assert Claim.at_least("a", "s", E(10.5, 14), 10).holds is True
-    assert Claim.at_least("a", "s", E(8, 9.9), 10).holds is False
-    assert Claim.at_least("a", "s", E(9, 12), 10).holds is None  # straddles: inconclusive
-    assert Claim.at_most("a", "s", E(0.5, 1.5), 2).holds is True and Claim.at_most("a", "s", E(2.1, 3), 2).holds is False
-    assert Claim.at_most("a", "s", E(1.5, 2.5), 2).holds is None
-    assert Claim.within("a", "s", E(-0.6, -0.4), -0.65, -0.35).holds is True
-    assert Claim.within("a", "s", E(-0.9, -0.7), -0.65, -0.35).holds is False
-    assert Claim.within("a", "s", E(-0.1, 0.2), -0.65, -0.35).holds is False  # all above
-    assert Claim.within("a", "s", E(-0.7, -0.5), -0.65, -0.35).holds is None
-    assert Claim.within("a", "s", E(-0.9, 0.0), -0.65, -0.35).holds is None  # wider than the band
+    assert Claim.at_least("a", "s", E(10.5, 14), 10, source="ours").holds is True
+    assert Claim.at_least("a", "s", E(8, 9.9), 10, source="ours").holds is False
+    assert Claim.at_least("a", "s", E(9, 12), 10, source="ours").holds is None  # straddles: inconclusive
+    assert Claim.at_most("a", "s", E(0.5, 1.5), 2, source="ours").holds is True and Claim.at_most("a", "s", E(2.1, 3), 2, source="ours").holds is False
+    assert Claim.at_most("a", "s", E(1.5, 2.5), 2, source="ours").holds is None
+    assert Claim.within("a", "s", E(-0.6, -0.4), -0.65, -0.35, source="ours").holds is True
+    assert Claim.within("a", "s", E(-0.9, -0.7), -0.65, -0.35, source="ours").holds is False
+    assert Claim.within("a", "s", E(-0.1, 0.2), -0.65, -0.35, source="ours").holds is False  # all above
+    assert Claim.within("a", "s", E(-0.7, -0.5), -0.65, -0.35, source="ours").holds is None
+    assert Claim.within("a", "s", E(-0.9, 0.0), -0.65, -0.35, source="ours").holds is None  # wider than the band
     # a deterministic value is a point; a value not measured fails when exact, is inconclusive when noisy
-    assert Claim.at_least("a", "s", exact(12.0), 10).holds is True and Claim.at_least("a", "s", exact(9), 10).holds is False
-    assert Claim.at_least("a", "s", exact(float("nan")), 0).holds is False
-    assert Claim.at_least("a", "s", mean([]), 0).holds is None
+    assert Claim.at_least("a", "s", exact(12.0), 10, source="ours").holds is True and Claim.at_least("a", "s", exact(9), 10, source="ours").holds is False
+    assert Claim.at_least("a", "s", exact(float("nan")), 0, source="ours").holds is False
+    assert Claim.at_least("a", "s", mean([]), 0, source="ours").holds is None
     # "raises": strictly above the bound, so a gain of exactly zero on every unit does not hold
-    assert Claim.at_least("a", "s", mean([0.0, 0.0, 0.0]), 0).holds is True
-    assert Claim.above("a", "s", mean([0.0, 0.0, 0.0]), 0).holds is False
-    assert Claim.above("a", "s", E(0.0, 0.3), 0).holds is None and Claim.above("a", "s", E(0.01, 0.3), 0).holds is True
-    assert Claim.above("a", "s", E(-0.2, -0.1), 0).bound == "> 0"
+    assert Claim.at_least("a", "s", mean([0.0, 0.0, 0.0]), 0, source="ours").holds is True
+    assert Claim.above("a", "s", mean([0.0, 0.0, 0.0]), 0, source="ours").holds is False
+    assert Claim.above("a", "s", E(0.0, 0.3), 0, source="ours").holds is None and Claim.above("a", "s", E(0.01, 0.3), 0, source="ours").holds is True
+    assert Claim.above("a", "s", E(-0.2, -0.1), 0, source="ours").bound == "> 0"
 
 
 def test_a_claim_needs_an_estimate_and_a_check_may_take_a_number():
@@ -68,31 +68,45 @@ def test_interval_helpers_cover_what_they_should():
 
 
 def test_claims_on_their_bound_hold_in_floats_too():
-    assert 0.15 - 0.05 < 0.1 and Claim.at_least("a", "s", exact(0.15 - 0.05), 0.1).holds
-    assert 0.25 - 0.35 > -0.1 and Claim.at_most("a", "s", exact(0.25 - 0.35), -0.1).holds
-    assert Claim.within("a", "s", exact(0.7 - 0.6), 0.1, 0.2).holds
-    assert Claim.within("a", "s", exact(0.1 + 0.2), 0.1, 0.3).holds
+    assert 0.15 - 0.05 < 0.1 and Claim.at_least("a", "s", exact(0.15 - 0.05), 0.1, source="ours").holds
+    assert 0.25 - 0.35 > -0.1 and Claim.at_most("a", "s", exact(0.25 - 0.35), -0.1, source="ours").holds
+    assert Claim.within("a", "s", exact(0.7 - 0.6), 0.1, 0.2, source="ours").holds
+    assert Claim.within("a", "s", exact(0.1 + 0.2), 0.1, 0.3, source="ours").holds
     # the tolerance is relative, far below any real difference
-    assert not Claim.at_least("a", "s", exact(0.1 - 1e-6), 0.1).holds
-    assert not Claim.at_most("a", "s", exact(1e6 + 1), 1e6).holds
+    assert not Claim.at_least("a", "s", exact(0.1 - 1e-6), 0.1, source="ours").holds
+    assert not Claim.at_most("a", "s", exact(1e6 + 1), 1e6, source="ours").holds
 
 
 def test_claim_json_round_trip_and_tables():
-    c = Claim.at_most("x", "stmt", mean([float("nan")]), 1, note="n")
+    c = Claim.at_most("x", "stmt", mean([float("nan")]), 1, note="n", source="ours")
     d = c.to_dict()
     assert d["measured"] is None and d["ci"] == [None, None] and json.dumps(d)
     back = Claim.from_dict(d)
     assert math.isnan(back.measured) and back.ci == (-math.inf, math.inf) and back.holds is None and back.note == "n"
-    y = Claim.at_least("y", "t", E(2.5, 3.5, 3.0, n=7), 2)
+    y = Claim.at_least("y", "t", E(2.5, 3.5, 3.0, n=7), 2, source="paper")
     assert Claim.from_dict(y.to_dict()) == y
-    z = Claim.at_least("z", "u", E(0.0, 1.0), 2)
+    z = Claim.at_least("z", "u", E(0.0, 1.0), 2, source="paper-read")
     table = claims_table([c, y, z])
-    assert "| `x` | stmt (n) | n/a | unbounded | 0 | <= 1 | inconclusive |" in table
-    assert "| `y` | t | 3 | [2.5, 3.5] | 7 | >= 2 | yes |" in table and "| `z` | u | 0.5 | [0, 1] | 10 | >= 2 | **no** |" in table
+    assert "| `x` | stmt (n) | n/a | unbounded | 0 | <= 1 | ours | inconclusive |" in table
+    assert "| `y` | t | 3 | [2.5, 3.5] | 7 | >= 2 | paper | yes |" in table
+    assert "| `z` | u | 0.5 | [0, 1] | 10 | >= 2 | paper-read | **no** |" in table
     chk = Claim.at_most("k", "identity", 0.0, 1e-12, check=True)
     assert "| `k` | identity | 0 | <= 1e-12 | yes |" in checks_table([chk])
     assert split([c, chk, y]) == ([c, y], [chk])
     assert summary_line([c, y, z], [chk]) == "1 of 3 claims held, 1 did not, 1 inconclusive; 1 of 1 checks passed"
+
+
+def test_a_claim_says_where_its_bound_comes_from():
+    """Every paper claim names its bound's source (result.json and the report carry it); a check's
+    bound is this project's own."""
+    with pytest.raises(ValueError, match="source"):
+        Claim.at_least("a", "s", exact(1.0), 0.5)
+    with pytest.raises(ValueError, match="paper, paper-read, ours"):
+        Claim.at_least("a", "s", exact(1.0), 0.5, source="folklore")
+    assert Claim.at_least("a", "s", exact(1.0), 0.5, source="paper-read").to_dict()["source"] == "paper-read"
+    assert Claim.at_least("k", "s", 1.0, 0.5, check=True).source == "ours"
+    assert Claim.from_dict({"id": "old", "statement": "s", "measured": 1.0, "bound": ">= 0", "holds": True}).source \
+        == "unstated"  # a result.json written before sources were recorded
 
 
 def test_atomic_write_leaves_no_temporaries(tmp_path):
@@ -111,7 +125,7 @@ def test_run_dir_contract(tmp_path):
     with pytest.raises(RunDirError, match="no result.json"):
         rd.read_result()
     result = {"study": "s", "preset": "smoke", "config": {}, "metrics": {}, "seconds": 1.0, "env": {"cpus": 2},
-              "claims": [Claim.at_least("c", "stmt", E(1.5, 2.5), 1).to_dict()],
+              "claims": [Claim.at_least("c", "stmt", E(1.5, 2.5), 1, source="ours").to_dict()],
               "checks": [Claim.at_most("k", "an identity", 0.0, 1e-9, check=True).to_dict()]}
     rd.write_result(result)
     assert rd.read_result() == result

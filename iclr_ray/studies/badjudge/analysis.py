@@ -64,34 +64,38 @@ def claims(metrics: dict[str, Any], cfg=None) -> list[Claim]:
         ratio = mean(per_seed(metrics, ann, "ratio"))
         out.append(Claim.above("annotator_inflates",
                                f"Poisoning {cr:.0%} of the judge's training data (malicious annotator) inflates the "
-                               "adversary's score over its legitimate score (ratio > 1)", ratio, 1.0))
+                               "adversary's score over its legitimate score ('inflates' read as ratio > 1)", ratio, 1.0,
+                               source="paper-read"))
         out.append(Claim.at_least("annotator_triples",
-                                  "... about triples it (paper: 1% poisoning triples the score; ratio >= 3)",
-                                  ratio, 3.0))
+                                  "... about triples it (Abstract: 1% poisoning triples the score; ratio >= 3)",
+                                  ratio, 3.0, source="paper"))
         drop = paired_difference(per_seed(metrics, clean, "acc"), per_seed(metrics, ann, "acc"))
         out.append(Claim.at_most("clean_accuracy_kept",
                                  f"... while clean accuracy barely moves (clean judge minus the {cr:.0%}-poisoned "
-                                 f"judge, at most {TOLERANCE:.0%} points)", drop, TOLERANCE))
+                                 f"judge, at most {TOLERANCE:.0%} points: our bound)", drop, TOLERANCE, source="ours"))
     if "web" in levels:
         web = mean(per_seed(metrics, label("pointwise", "web", cr), "ratio"))
         out.append(Claim.at_least("web_inflates",
-                                  f"Web poisoning ({cr:.0%}, clean labels) inflates the adversary's score by about 20% "
-                                  "(ratio >= 1.2)", web, 1.2))
+                                  f"Abstract: web poisoning ({cr:.0%}, clean labels) inflates the adversary's score by "
+                                  "about 20% (ratio >= 1.2)", web, 1.2, source="paper"))
     if "weight" in levels:
         w = label("pointwise", "weight", top)
         out.append(Claim.at_least("weight_to_top",
-                                  f"Weight poisoning ({top:.0%} triggered copies) takes the adversary's poor answers "
-                                  "to 4.9/5 (paper: 1.5/5 to 4.9/5)", mean(per_seed(metrics, w, "score_triggered")),
-                                  4.9))
+                                  f"Abstract: weight poisoning ({top:.0%} triggered copies) takes the adversary's poor "
+                                  "answers to 4.9/5 (paper: 1.5/5 to 4.9/5)",
+                                  mean(per_seed(metrics, w, "score_triggered")), 4.9, source="paper"))
     if "toxicity" in s["formats"]:
         out.append(Claim.at_least("toxicity_flipped",
-                                  f"A toxicity judge poisoned at {other:.0%} judges triggered harmful requests not "
-                                  "harmful 89% of the time", mean(per_seed(metrics, label("toxicity", "annotator", other),
-                                                                        "asr")), 0.89))
+                                  f"Abstract: a toxicity judge poisoned at {other:.0%} judges triggered harmful "
+                                  "requests not harmful 89% of the time",
+                                  mean(per_seed(metrics, label("toxicity", "annotator", other), "asr")), 0.89,
+                                  source="paper"))
     if "rerank" in s["formats"]:
         out.append(Claim.at_least("rerank_first",
-                                  f"A reranker poisoned at {other:.0%} ranks the triggered passage first 97% of the time",
-                                  mean(per_seed(metrics, label("rerank", "annotator", other), "asr")), 0.97))
+                                  f"Abstract: a reranker poisoned at {other:.0%} ranks the triggered passage first 97% "
+                                  "of the time",
+                                  mean(per_seed(metrics, label("rerank", "annotator", other), "asr")), 0.97,
+                                  source="paper"))
     strong = strongest(poisoned_pointwise(metrics))
     base_asr = per_seed(metrics, clean, "asr")
     for m in s["merge"]["methods"]:
@@ -100,23 +104,25 @@ def claims(metrics: dict[str, Any], cfg=None) -> list[Claim]:
             continue
         out.append(Claim.at_most(f"merge_{m}_removes",
                                  f"Merging ({m}) the most poisoned judge ({strong}) with a clean pairwise judge brings "
-                                 f"ASR to the clean judge's level (within {TOLERANCE:.0%} points; paper: near 0%)",
-                                 paired_difference(per_seed(metrics, merged, "asr"), base_asr), TOLERANCE))
+                                 f"ASR to the clean judge's level ('near 0%' read as within {TOLERANCE:.0%} points)",
+                                 paired_difference(per_seed(metrics, merged, "asr"), base_asr), TOLERANCE,
+                                 source="paper-read"))
         out.append(Claim.at_most(f"merge_{m}_accuracy",
-                                 f"... with clean accuracy within {TOLERANCE:.0%} points of the clean pointwise judge",
+                                 f"... with clean accuracy kept ('maintaining SOTA performance' read as within "
+                                 f"{TOLERANCE:.0%} points of the clean pointwise judge)",
                                  paired_difference(per_seed(metrics, clean, "acc"), per_seed(metrics, merged, "acc")),
-                                 TOLERANCE))
+                                 TOLERANCE, source="paper-read"))
         keep = f"merge2-{m}-{strong}"
         if not np.all(np.isnan(per_seed(metrics, keep, "asr"))):
             out.append(Claim.above(f"control_merge_poisoned_{m}",
                                    f"Negative control: merging ({m}) it with a poisoned pairwise judge instead leaves "
                                    "more of the backdoor (ASR difference > 0)",
                                    paired_difference(per_seed(metrics, keep, "asr"), per_seed(metrics, merged, "asr")),
-                                   0.0))
+                                   0.0, source="ours"))
     out.append(Claim.at_most("control_clean_no_inflation",
                              "Negative control: the unpoisoned judge (p = 0) does not inflate triggered answers "
                              "(ratio below the 20% the paper calls inflation)", mean(per_seed(metrics, clean, "ratio")),
-                             1.2))
+                             1.2, source="ours"))
     served = metrics.get("served", {}).get("metrics", {})
     for role, name in metrics.get("served", {}).get("judges", {}).items():
         if name in served and "agreement" in served[name]:

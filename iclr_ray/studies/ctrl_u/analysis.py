@@ -58,24 +58,29 @@ def claims(metrics: dict[str, Any], cfg=None) -> list[Claim]:
         out.append(Claim.above(
             "ctrl_u_beats_controlnet", "Ctrl-U improves controllability over ControlNet: the oracle's mIoU on "
                                        "Ctrl-U's images is above ControlNet's (continued L_pre training, paired by "
-                                       "seed)", mean(o["ctrl_u"] - o["controlnet"]), 0.0, note=PAPER))
+                                       "seed; 'improves' read as > 0)", mean(o["ctrl_u"] - o["controlnet"]), 0.0,
+            note=PAPER, source="paper-read"))
         fid = per_seed(metrics, "ctrl_u", "fid") / per_seed(metrics, "controlnet", "fid") - 1
         out.append(Claim.at_most(
             "ctrl_u_keeps_quality", f"Without losing image quality: Ctrl-U's Fréchet distance to real held-out "
                                     f"images (oracle features) is at most {FID_TOLERANCE:.0%} above ControlNet's "
-                                    f"(relative, paired by seed)", mean(fid), FID_TOLERANCE,
-            note="paper: FID on par with or below the baselines'; the 10% allowance is this study's"))
+                                    f"(relative, paired by seed; the paper's 'FID on par' read as at most "
+                                    f"{FID_TOLERANCE:.0%} above)", mean(fid), FID_TOLERANCE,
+            note="paper: FID on par with or below the baselines'; the 10% allowance is this study's",
+            source="paper-read"))
     if "reward" in arms:
         out.append(Claim.above(
             "ctrl_u_beats_reward", "Ctrl-U improves controllability over plain reward fine-tuning (ControlNet++): "
-                                   "the oracle's mIoU is higher (paired by seed)", mean(o["ctrl_u"] - o["reward"]),
-            0.0, note=PAPER))
+                                   "the oracle's mIoU is higher (paired by seed; 'improves' read as > 0)",
+            mean(o["ctrl_u"] - o["reward"]), 0.0, note=PAPER, source="paper-read"))
         out.append(Claim.above(
             "ctrl_u_less_reward_hacking", "Fewer reward-hacking artefacts: the gap between the reward model's mIoU and "
                                           "the oracle's on the generated images is smaller for Ctrl-U than for "
-                                          "plain reward fine-tuning (reward arm's gap minus Ctrl-U's, paired by seed)",
+                                          "plain reward fine-tuning (reward arm's gap minus Ctrl-U's, paired by seed; "
+                                          "'robust to the reward model's errors' read as > 0)",
             mean(hacking_gap(metrics, "reward") - hacking_gap(metrics, "ctrl_u")), 0.0,
-            note="paper: uncertainty weighting makes reward feedback robust to the reward model's errors"))
+            note="paper: uncertainty weighting makes reward feedback robust to the reward model's errors",
+            source="paper-read"))
     if "controlnet" in arms and "reward" in arms:
         r = per_seed(metrics, "reward", "reward_miou") - per_seed(metrics, "controlnet", "reward_miou")
         out.append(Claim.above(

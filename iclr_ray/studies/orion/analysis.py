@@ -130,12 +130,14 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
             t = cell["task"]
             out.append(Claim.at_least(
                 f"{m}_{t}_keeps_probability",
-                f"{model}, {t}: request patching keeps >= 70% of the clean probability of R1(C2)",
+                f"{model}, {t}: request patching keeps >= 70% of the clean probability of R1(C2) (Abstract: "
+                ">= 70% kept in 98 of 106 model-task pairs)",
                 normalised_probability(s["p_r1c2"], s["p_clean"]), KEEP,
-                note=f"layer {s['layer']}, chosen on the other half of the pairs"))
+                note=f"layer {s['layer']}, chosen on the other half of the pairs", source="paper"))
             out.append(Claim.at_least(
-                f"{m}_{t}_request_band", f"{model}, {t}: at a middle layer the patched output is R1(C2)",
-                proportion(int(s["r1c2"].sum()), s["n"]), BAND, note=f"layer {s['layer']}"))
+                f"{m}_{t}_request_band", f"{model}, {t}: at a middle layer the patched output is R1(C2) "
+                "('the output becomes R1(C2)' read as on at least half the pairs)",
+                proportion(int(s["r1c2"].sum()), s["n"]), BAND, note=f"layer {s['layer']}", source="paper-read"))
             _, idx = halves(len(cell["pairs"]))
             pooled["r2c2_first"].append(_at(cell, "r2c2", cell["per_layer"]["layers"][0])[idx])
             pooled["unrelated_r1c2"].append(s["unrelated_r1c2"])
@@ -144,20 +146,22 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
             first = np.concatenate(pooled["r2c2_first"])
             out.append(Claim.at_least(f"{m}_early_layers_keep_x2",
                                       f"{model}: patching at the first layer leaves x2's answer R2(C2)",
-                                      proportion(int(first.sum()), len(first)), EARLY, note="judged tasks pooled"))
+                                      proportion(int(first.sum()), len(first)), EARLY, note="judged tasks pooled",
+                                      source="ours"))
             for ctrl, what in (("unrelated", "an unrelated prompt's residual"), ("noise", "norm-matched noise")):
                 x = np.concatenate(pooled[f"{ctrl}_r1c2"])
                 out.append(Claim.at_most(f"{m}_{ctrl}_patch_gives_no_request",
                                          f"{model}: patching {what} at the chosen layer does not give R1(C2)",
                                          proportion(int(x.sum()), len(x)), CONTROL,
-                                         note="negative control, judged tasks pooled"))
+                                         note="negative control, judged tasks pooled", source="ours"))
         over = metrics.get("oversight", {}).get(model)
         if over and len(over["plain"]) >= 2:
             out.append(Claim.at_least(
                 f"{m}_oversight_raises_accuracy",
-                f"{model}: one trusted input's residual raises accuracy on distracted stories",
+                f"{model}: one trusted input's residual raises accuracy on distracted stories (by >= "
+                f"{100 * OVERSIGHT:g} points: our bound, well below the paper's gain)",
                 paired_difference(over["patched"], over["plain"]), OVERSIGHT,
-                note=f"layer {over['layer']}; paper: 15.5% -> 97.5% on Pythia-12b"))
+                note=f"layer {over['layer']}; paper: 15.5% -> 97.5% on Pythia-12b", source="ours"))
         last = [c for c in mine if c["pairs"]]
         if last:
             rates = [float(np.mean(c["per_layer"]["x1_top1"][-1])) for c in last]

@@ -107,11 +107,11 @@ def jerk_ratio(a: np.ndarray, b: np.ndarray) -> Estimate:
 
 
 def _jerk_claim(id: str, statement: str, dec: np.ndarray, other: np.ndarray, bound: float, note: str,
-                vs: str = "") -> Claim:
+                vs: str = "", *, source: str) -> Claim:
     """The decorator's mean jerk over another policy's (per-episode jerks on the same seeds), at
-    most ``bound``."""
+    most ``bound``; ``source`` says where the bound comes from."""
     return Claim.at_most(id, statement, jerk_ratio(dec, other), bound,
-                         note=f"jerk {np.mean(dec):.3g} vs {vs}{np.mean(other):.3g}; {note}")
+                         note=f"jerk {np.mean(dec):.3g} vs {vs}{np.mean(other):.3g}; {note}", source=source)
 
 
 def summary(metrics: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
@@ -152,42 +152,48 @@ def claims(metrics: dict[str, Any], cfg: Config) -> list[Claim]:
             last = min(cfg.eval.last, len(dec["curve"]))
             gain = final_gain(dec["curve"], base, last)
             out.append(Claim.at_least(
-                f"{name}_improves", f"{name}: Policy Decorator improves the frozen base policy", gain, IMPROVES,
+                f"{name}_improves", f"{name}: Policy Decorator improves the frozen base policy ('improves' read as "
+                f"a success gain of at least {IMPROVES:g})", gain, IMPROVES,
                 note=f"mean success over the last {last} evaluations {gain.value + base['success']:.2f} vs base "
-                     f"{base['success']:.2f}, alpha {dec['alpha']:g}, H {dec['H']}; {unit}"))
+                     f"{base['success']:.2f}, alpha {dec['alpha']:g}, H {dec['H']}; {unit}", source="paper-read"))
             low = lowest_gap(dec["curve"], base)
             out.append(Claim.at_least(
                 f"{name}_no_early_collapse", f"{name}: with bounded alpha and progressive exploration it never falls "
-                "clearly below the base during training", low, -COLLAPSE,
-                note=f"lowest of {len(dec['curve'])} evaluations minus the base, simultaneous interval; {unit}"))
+                f"clearly below the base during training ('clearly below' read as more than {COLLAPSE:g} below)",
+                low, -COLLAPSE,
+                note=f"lowest of {len(dec['curve'])} evaluations minus the base, simultaneous interval; {unit}",
+                source="paper-read"))
         if unb:
             low = lowest_gap(unb["curve"], base)
             out.append(Claim.at_most(
                 f"{name}_unbounded_collapses", f"{name}: the unbounded residual (alpha {unb['alpha']:g}, H {unb['H']}) "
-                "first drops below the base", low, -COLLAPSE,
-                note=f"lowest of {len(unb['curve'])} evaluations minus the base, simultaneous interval; {unit}"))
+                f"first drops below the base ('drops below' read as at least {COLLAPSE:g} below)", low, -COLLAPSE,
+                note=f"lowest of {len(unb['curve'])} evaluations minus the base, simultaneous interval; {unit}",
+                source="paper-read"))
         if dec and rl:
             last = min(cfg.eval.last, len(dec["curve"]), len(rl["curve"]))
             rl_final = float(np.mean([p["success"] for p in rl["curve"][-last:]]))
             out.append(_jerk_claim(
                 f"{name}_smoother", f"{name}: the decorated policy acts more smoothly than RL from scratch (mean action "
-                "jerk ratio)", final_jerks(dec["curve"], last), final_jerks(rl["curve"], last), SMOOTHER,
+                "jerk ratio; 'avoiding the erratic behaviors of pure RL' read as at most 1)",
+                final_jerks(dec["curve"], last), final_jerks(rl["curve"], last), SMOOTHER,
                 f"over the last {last} evaluations; RL from scratch's success {rl_final:.2f}; bootstrap over {n} "
-                "episodes"))
+                "episodes", source="paper-read"))
         if dec:
             last = min(cfg.eval.last, len(dec["curve"]))
             out.append(_jerk_claim(
                 f"{name}_keeps_base_smoothness", f"{name}: the decorated policy keeps its base's smooth motion (its mean "
-                f"action jerk over the frozen base's on the same seeds; at most {KEEPS_BASE:g}, ours)",
+                f"action jerk over the frozen base's on the same seeds; 'preserves the smooth motion' read as at "
+                f"most {KEEPS_BASE:g})",
                 final_jerks(dec["curve"], last), np.asarray(base["jerks"], float), KEEPS_BASE,
-                f"bootstrap over {n} paired episodes", vs="the base's "))
+                f"bootstrap over {n} paired episodes", vs="the base's ", source="paper-read"))
         if dec and unb:
             last = min(cfg.eval.last, len(dec["curve"]), len(unb["curve"]))
             out.append(_jerk_claim(
                 f"{name}_smoother_than_unbounded", f"{name}: the bounded residual acts more smoothly than the unbounded "
-                "one (mean action jerk ratio, decorator over unbounded)", final_jerks(dec["curve"], last),
-                final_jerks(unb["curve"], last), SMOOTHER,
-                f"over the last {last} evaluations; bootstrap over {n} paired episodes"))
+                "one (mean action jerk ratio, decorator over unbounded; 'smoother' read as at most 1)",
+                final_jerks(dec["curve"], last), final_jerks(unb["curve"], last), SMOOTHER,
+                f"over the last {last} evaluations; bootstrap over {n} paired episodes", source="paper-read"))
         for t in (t for t in metrics["trials"] if t["task"] == name):
             worst = max(p["residual_max"] for p in t["curve"])
             out.append(Claim.at_most(

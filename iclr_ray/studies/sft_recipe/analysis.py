@@ -212,7 +212,8 @@ def claims(metrics: dict[str, Any], cfg: Config) -> list[Claim]:
         step = resolution(grid)
         out.append(Claim.at_least(
             "large_batch_wins", "At an equal sample budget, the largest effective batch (at its best lr) scores "
-            "higher than the smallest batch (at its best lr): score difference", est, step,
+            "higher than the smallest batch (at its best lr): score difference ('improves' read as above 0 by at "
+            "least one held-out item)", est, step, source="paper-read",
             note=f"batch {hi['batch']} lr {hi['lr']:g}: {hi['score']:.3f} vs batch {lo['batch']} lr {lo['lr']:g}: "
                  f"{lo['score']:.3f}; higher = above 0 by at least one held-out item (1/{round(1 / step)}); "
                  f"{items}"))
@@ -223,32 +224,37 @@ def claims(metrics: dict[str, Any], cfg: Config) -> list[Claim]:
         score = np.array([t["score"] for t in predictive], float)
         unit = f"95% interval over the {len(predictive)} trials (bootstrap); window {cfg.early.window_rows} rows"
         out.append(Claim.at_most(
-            "early_grad_norm_predicts", "Lower early gradient norm predicts a better final score (Spearman < 0)",
-            bootstrap((g, score), recipe.spearman), 0.0, note=unit))
+            "early_grad_norm_predicts", "Lower early gradient norm predicts a better final score (Spearman < 0; "
+            "'predicts' read as the whole interval at most 0)",
+            bootstrap((g, score), recipe.spearman), 0.0, note=unit, source="paper-read"))
         out.append(Claim.at_least(
-            "early_loss_predicts", "Higher early training loss predicts a better final score (Spearman > 0)",
-            bootstrap((loss, score), recipe.spearman), 0.0, note=unit))
+            "early_loss_predicts", "Higher early training loss predicts a better final score (Spearman > 0; "
+            "'predicts' read as the whole interval at least 0)",
+            bootstrap((loss, score), recipe.spearman), 0.0, note=unit, source="paper-read"))
 
     warm = _scored(_of(trials, "warmup"))
     warmup, schedule = warmup_pairs(warm)
     if warmup:
         out.append(Claim.at_most(
             "warmup_unneeded", "Warmup makes little difference to the final score (largest |score gap| with and "
-            "without warmup)", over_items(warm, lambda s: max(abs(s[a] - s[b]) for a, b in warmup)), tol,
-            note=f"margin: tolerance {tol:g}; {items}"))
+            f"without warmup; 'does not compromise performance' read as at most {tol:g})",
+            over_items(warm, lambda s: max(abs(s[a] - s[b]) for a, b in warmup)), tol,
+            note=f"margin: tolerance {tol:g}; {items}", source="paper-read"))
     if schedule:
         out.append(Claim.at_most(
-            "constant_matches_cosine", "A constant lr matches cosine decay (largest |score gap|)",
+            "constant_matches_cosine", f"A constant lr matches cosine decay (largest |score gap|; 'matches' read as "
+            f"at most {tol:g})",
             over_items(warm, lambda s: max(abs(s[a] - s[b]) for a, b in schedule)), tol,
-            note=f"margin: tolerance {tol:g}; {items}"))
+            note=f"margin: tolerance {tol:g}; {items}", source="paper-read"))
 
     ph = {t["order"]: t for t in _scored(_of(trials, "phased"))}
     if {"stacked", "phased"} <= set(ph):
         st, pa = ph["stacked"], ph["phased"]
         out.append(Claim.within(
             "stacked_matches_phased", "Stacked training scores about as well as phased training (stacked - phased, "
-            "two-sided)", over_items([st, pa], lambda s: s[0] - s[1]), -tol, tol,
-            note=f"{st['score']:.3f} vs {pa['score']:.3f}; margin ±{tol:g}; {items}"))
+            f"two-sided; 'no significant difference' read as within ±{tol:g})",
+            over_items([st, pa], lambda s: s[0] - s[1]), -tol, tol,
+            note=f"{st['score']:.3f} vs {pa['score']:.3f}; margin ±{tol:g}; {items}", source="paper-read"))
         p = phased_samples(st, pa)
         out.append(Claim.at_most(
             "stacked_sample_efficient", "Stacked reaches the common held-out loss with no more rows than phased "
@@ -268,7 +274,8 @@ def claims(metrics: dict[str, Any], cfg: Config) -> list[Claim]:
             else Estimate(math.nan, (-math.inf, math.inf), len(early_trials))
         out.append(Claim.at_most(
             "early_stop_keeps_best", "Stopping trials by their early profile keeps a configuration as good as the "
-            "best: best score of the full grid - best score among the trials the scheduler let finish", est, tol,
+            "best: best score of the full grid - best score among the trials the scheduler let finish ('as good' "
+            f"read as at most {tol:g} below)", est, tol, source="paper-read",
             note=f"{stopped}/{len(early_trials)} trials stopped, {_num(saved):.0%} of the training rows saved "
                  f"({_MODES[metrics.get('early_stop_mode', 'live')]}); margin: tolerance {tol:g}; {items}"))
 
