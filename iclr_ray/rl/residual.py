@@ -110,11 +110,11 @@ class ResidualSACModule(DefaultSACTorchRLModule):
         logits = self._residual_logits(obs)
         g = self.sampled * self.runners  # the global env step, estimated from this runner's count
         if g < self.learning_starts:
-            a_res = torch.rand(logits.shape[0], logits.shape[-1] // 2) * 2.0 - 1.0
+            a_res = torch.rand(logits.shape[0], logits.shape[-1] // 2, device=logits.device) * 2.0 - 1.0
         else:
             a_res = self.get_exploration_action_dist_cls().from_logits(logits).sample()
         p = use_probability(g, self.H)
-        use = (torch.rand(n) < p).float()
+        use = (torch.rand(n, device=logits.device) < p).float()
         self.sampled += n
         a_res = a_res * use[:, None]
         return {Columns.ACTION_DIST_INPUTS: logits, Columns.ACTIONS: decorate(self.base_action(obs), a_res, self.alpha),

@@ -195,14 +195,17 @@ def sac_config(env_config: dict[str, Any], s: SACSettings, *, alpha: float, H: i
 
 def module_actor(module):
     """The decorated policy's deterministic action for one observation (a_base(s), appended to the
-    observation, plus alpha * tanh(mean) of the residual)."""
+    observation, plus alpha * tanh(mean) of the residual), on whatever device the module sits."""
     import torch
     from ray.rllib.core.columns import Columns
 
+    device = next(module.parameters()).device
+
     def act(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            out = module.forward_inference({Columns.OBS: torch.as_tensor(obs, dtype=torch.float32)[None]})
-        return out[Columns.ACTIONS][0].numpy()
+            x = torch.as_tensor(obs, dtype=torch.float32, device=device)[None]
+            out = module.forward_inference({Columns.OBS: x})
+        return out[Columns.ACTIONS][0].float().cpu().numpy()
 
     return act
 

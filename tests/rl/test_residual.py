@@ -278,3 +278,20 @@ def module_for(n_act, alpha):
            "learning_starts": 0, "num_env_runners": 1, "residual_sees_base": False}
     return RLModuleSpec(module_class=ResidualSACModule, observation_space=space, action_space=act,
                         model_config=cfg).build()
+
+
+def test_the_residual_acts_on_the_device_its_module_sits_on():
+    """Exploration (the uniform warm-up, progressive masking), inference and the evaluation actor
+    with the module on ``meta`` standing in for a GPU (iclr_ray.devicecheck): every draw is made on
+    the module's device, and the actor moves its observation there and its action back."""
+    from iclr_ray.devicecheck import on_device
+    from iclr_ray.rl.sac import module_actor
+
+    for warm in (10**9, 0):
+        m = module(alpha=0.5, H=10, learning_starts=warm).to("meta")
+        obs = observations(8)[0].to("meta")
+        out = on_device(lambda: m.forward_exploration({Columns.OBS: obs}), host_values=True)
+        assert out[RESIDUAL].device.type == "meta"
+    assert on_device(lambda: m.forward_inference({Columns.OBS: obs}), host_values=True) is not None
+    action = on_device(lambda: module_actor(m)(np.zeros(N_OBS + N_ACT, np.float32)), host_values=True)
+    assert action.shape == (N_ACT,)
