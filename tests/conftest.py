@@ -139,18 +139,39 @@ def _offline_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProces
 
 
 @pytest.fixture
-def input_error(tmp_path):
+def input_error(tmp_path, monkeypatch, capsys):
     """``input_error(study, ["a.b=v", ...], preset="smoke")`` runs
     ``iclr-ray run STUDY --preset PRESET --set ...``
-    offline and returns its error line, after checking the input contract: exit code 2, one line
-    on stderr, and no run directory written."""
+    in this process, offline, with the two ways to Ray (``runtime.resolve_address``, which a run
+    calls before anything else reaches Ray, and ``runtime.connect``) turned into test failures,
+    and returns its error line, after checking the input contract: exit code 2, one line on
+    stderr, and no run directory written. (In-process: a subprocess per case cost about 3.5 s of
+    imports, over 100 cases; ``_offline_cli`` is the subprocess form.)"""
+    import huggingface_hub.constants
+
+    from iclr_ray import cli, runtime
+
+    def no_ray(*_args, **_kwargs):
+        raise AssertionError("the CLI reached for Ray before refusing its input")
+
+    monkeypatch.setattr(runtime, "resolve_address", no_ray)
+    monkeypatch.setattr(runtime, "connect", no_ray)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+
     def check(study: str, sets: list[str], preset: str = "smoke") -> str:
         out = tmp_path / "out"
         args = [x for s in sets for x in ("--set", s)]
-        res = _offline_cli("run", study, "--preset", preset, "--out", str(out), *args)
-        assert res.returncode == 2, res.stderr
-        lines = res.stderr.strip().splitlines()
-        assert len(lines) == 1, res.stderr
+        capsys.readouterr()
+        try:
+            code = cli.main(["run", study, "--preset", preset, "--out", str(out), *args])
+        except SystemExit as exc:  # argparse's own errors
+            code = exc.code
+        err = capsys.readouterr().err
+        assert code == 2, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err
         assert not out.exists()
         return lines[0]
 
