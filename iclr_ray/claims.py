@@ -93,10 +93,13 @@ def proportion(successes: int, n: int) -> Estimate:
 
 
 def bootstrap(units: Sequence[Any] | np.ndarray | tuple, statistic: Callable[..., float], *, resamples: int = 2000,
-              seed: int = 0) -> Estimate:
+              seed: int = 0, clusters: Sequence[Any] | np.ndarray | None = None) -> Estimate:
     """``statistic`` of the units with its percentile-bootstrap interval: the units are resampled
     with replacement ``resamples`` times. ``units`` is an array (one row per unit) or a tuple of
     arrays with one row per unit each, resampled with the same rows (paired data).
+    ``clusters`` (a label per row): rows that share something the experiment does not redraw (pairs
+    built on the same context) are resampled together, whole clusters with replacement, and the
+    estimate rests on the number of clusters.
     Resamples whose statistic is not finite are left out; if fewer than 95% remain, or there are
     fewer than two units, the interval is unbounded."""
     arrays = tuple(np.asarray(u) for u in units) if isinstance(units, tuple) else (np.asarray(units),)
@@ -104,10 +107,23 @@ def bootstrap(units: Sequence[Any] | np.ndarray | tuple, statistic: Callable[...
     if any(len(a) != n for a in arrays):
         raise ValueError("every array of a paired bootstrap needs one row per unit")
     value = float(statistic(*arrays))
-    if n < 2:
-        return Estimate(value, (-math.inf, math.inf), n)
     rng = np.random.default_rng(seed)
-    draws = np.array([statistic(*(a[idx] for a in arrays)) for idx in rng.integers(0, n, (resamples, n))], float)
+    if clusters is not None:
+        labels = np.asarray(clusters)
+        if len(labels) != n:
+            raise ValueError("a cluster bootstrap needs one cluster label per row")
+        members = [np.flatnonzero(labels == g) for g in dict.fromkeys(labels.tolist())]
+        if len(members) < 2:
+            return Estimate(value, (-math.inf, math.inf), len(members))
+        picks = (np.concatenate([members[g] for g in draw]) for draw in rng.integers(0, len(members),
+                                                                                    (resamples, len(members))))
+        draws = np.array([statistic(*(a[idx] for a in arrays)) for idx in picks], float)
+        n = len(members)
+    elif n < 2:
+        return Estimate(value, (-math.inf, math.inf), n)
+    else:
+        draws = np.array([statistic(*(a[idx] for a in arrays)) for idx in rng.integers(0, n, (resamples, n))],
+                         float)
     ok = draws[np.isfinite(draws)]
     if len(ok) < 0.95 * resamples:
         return Estimate(value, (-math.inf, math.inf), n)

@@ -141,3 +141,21 @@ def test_non_finite_numbers_are_written_as_null(tmp_path):
     rd = RunDir(tmp_path / "run").create()
     rd.write_result({"x": float("nan"), "y": [1.0, float("inf")], "z": {"w": -float("inf"), "v": 2}})
     assert rd.read_result() == {"x": None, "y": [1.0, None], "z": {"w": None, "v": 2}}
+
+
+def test_a_cluster_bootstrap_resamples_shared_units_together():
+    """Rows that share a context vary together: resampling rows alone understates the interval
+    (24 contexts of 10 rows each, the context effect dominating), resampling contexts does not, and
+    the estimate rests on the 24 contexts."""
+    rng = np.random.default_rng(0)
+    ctx = np.repeat(np.arange(24), 10)
+    x = rng.normal(0, 1, 24)[ctx] + rng.normal(0, 0.1, len(ctx))
+    rows, by_ctx = bootstrap(x, np.mean), bootstrap(x, np.mean, clusters=ctx)
+    assert rows.value == by_ctx.value and rows.n == 240 and by_ctx.n == 24
+    width = lambda e: e.ci[1] - e.ci[0]  # noqa: E731
+    assert width(by_ctx) > 2.5 * width(rows)
+    assert by_ctx.ci[0] < 0 < by_ctx.ci[1]  # the 24 context means straddle 0; the rows' interval says otherwise
+    assert not rows.ci[0] < 0 < rows.ci[1]
+    assert bootstrap(x[:10], np.mean, clusters=ctx[:10]).ci == (-math.inf, math.inf)  # one context bounds nothing
+    with pytest.raises(ValueError, match="label per row"):
+        bootstrap(x, np.mean, clusters=ctx[:5])

@@ -165,3 +165,30 @@ def test_real_smollm2_patching_identities():
         assert torch.allclose(patcher(layer, src[:, layer]), patching.patched_full(model, enc, layer, src[:, layer]),
                               atol=1e-3)
     assert patching.is_top(patcher(29, src[:, 29]), logits.roll(1, dims=0).argmax(-1).tolist(), tol=1e-3) == [True] * 4
+
+
+def test_claims_count_exact_token_hits_and_the_loose_match_is_a_variant(tiny):
+    """A top token that is a shorter prefix of the answer's first token (a one-letter token against
+    a word) is a hit only under the official loose comparison."""
+    _, tok = tiny
+    words = {i: tok.decode([i]) for i in range(len(tok))}
+    short, long_ = next((a, b) for a, wa in words.items() for b, wb in words.items()
+                        if a != b and len(wa.strip()) >= 1 and wb.strip().lower().startswith(wa.strip().lower())
+                        and len(wb.strip()) > len(wa.strip()))
+    logits = torch.zeros(2, len(tok))
+    logits[0, short] = logits[1, long_] = 1.0
+    assert patching.hits(tok, logits, [long_, long_]) == [False, True]
+    assert patching.hits(tok, logits, [long_, long_], soft=True) == [True, True]
+
+
+def test_the_same_request_control_draws_a_third_context_with_a_different_answer():
+    task = tasks.build("nanoqa", 6, seed=0)
+    chosen = tasks.pairs(task, lambda c, r: True, lambda text: text.split()[0], 20, 0)
+    c3 = tasks.same_request_contexts(task, chosen, lambda c, r: True, lambda text: text.split()[0], 0)
+    assert len(c3) == len(chosen) and any(c is not None for c in c3)
+    for p, c in zip(chosen, c3):
+        if c is not None:
+            assert c not in (p.c1, p.c2)
+            assert task.answer(c, p.r2).split()[0] != task.answer(p.c2, p.r2).split()[0]
+    assert c3 == tasks.same_request_contexts(task, chosen, lambda c, r: True, lambda text: text.split()[0], 0)
+    assert 0 < tasks.chance_rate(task, chosen[0].r1, lambda text: text.split()[0]) <= 1

@@ -36,7 +36,11 @@ def test_smoke_runs_every_layer_band_and_draws_the_figures(ray_cluster, tmp_path
     over = m["oversight"]["tiny-random"]
     assert len(over["plain"]) == len(over["patched"]) == 6 and len(over["by_layer"]) == 4
     assert over["by_layer"][over["layer"]] == over["patched"]  # L*'s curve point is the claim's data
-    checks = result["checks"]
-    assert checks and all(c["holds"] for c in checks)  # the last-layer identity, through Ray and the bands
+    checks = {c["id"]: c for c in result["checks"]}
+    assert checks["tiny_random_last_layer_is_x1"]["holds"]  # the identity, through Ray and the bands
+    assert {"tiny_random_unrelated_patch_gives_no_request", "tiny_random_noise_patch_gives_no_request"} <= set(checks)
+    claims = {c["id"] for c in result["claims"]}
+    assert {"tiny_random_same_request_keeps_answer", "tiny_random_nanoqa_request_above_chance"} <= claims
+    assert all(len(row) == 8 for cell in m["cells"] for row in cell["per_layer"]["same_r2c2"])
     assert sorted(p.name for p in (out / "plots").iterdir()) == ["layers_tiny_random.png", "oversight.png"]
     assert "randomly initialised tiny model" in (out / "report.md").read_text()

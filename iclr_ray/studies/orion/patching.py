@@ -139,10 +139,13 @@ def soft_match(predicted: str, expected: str) -> bool:
     return bool(a) and bool(b) and (a.startswith(b) or b.startswith(a))
 
 
-def hits(tokenizer, logits: torch.Tensor, expected: list[int]) -> list[bool]:
-    """Whether each row's top-1 token is the expected token (id equal, or a soft match of the two
-    decoded tokens)."""
+def hits(tokenizer, logits: torch.Tensor, expected: list[int], soft: bool = False) -> list[bool]:
+    """Whether each row's top-1 token is the expected token id (what the claims read); ``soft``:
+    or a soft match of the two decoded tokens (the official IIA's loose comparison, a reported
+    variant: a one-letter top token matches every answer with that initial)."""
     top = logits.argmax(-1).tolist()
+    if not soft:
+        return [t == e for t, e in zip(top, expected)]
     return [t == e or soft_match(tokenizer.decode([t]), tokenizer.decode([e])) for t, e in zip(top, expected)]
 
 

@@ -16,6 +16,9 @@ from ...runtime import RunContext
 from . import analysis, tasks
 from .config import TINY, Config
 
+PATCH_KEYS = ("r2c2", "r1c2", "r1c1", "p_r1c2", "logit_diff", "unrelated_r1c2", "unrelated_r2c2", "noise_r1c2",
+              "noise_r2c2", "x1_top1", "same_r2c2", "same_r2c3")
+"""what a layer band records per layer and pair"""
 UNRELATED = "The weather was mild all week, and the farmers of the valley began to plant their fields"
 """the unrelated prompt of the first negative control (its last-token residual is patched in)"""
 
@@ -122,8 +125,10 @@ def _clean_all(model, tok, texts: list[str], batch: int):
 
 
 def clean_cell(model_name: str, task_name: str, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Every prompt of the task clean: accuracy, the filtered pairs, x1's residuals at every layer
-    and the clean probabilities the patched ones are normalised by."""
+    """Every prompt of the task clean: accuracy (exact first-token ids; the soft match beside it),
+    the filtered pairs, x1's residuals at every layer, the same-request control's x4 = (C3, R2)
+    residuals, the clean probabilities the patched ones are normalised by and each pair's
+    random-guess rate of R1(C2)."""
     from . import patching
 
     model, tok = load_model(model_name, cfg)
@@ -134,24 +139,37 @@ def clean_cell(model_name: str, task_name: str, cfg: dict[str, Any]) -> dict[str
     correct = patching.hits(tok, logits, first)
     index = {(p.context, p.request): i for i, p in enumerate(grid)}
     usable = (lambda c, r: correct[index[(c, r)]]) if cfg["filter_correct"] else (lambda c, r: True)
-    pairs = tasks.pairs(task, usable, lambda text: patching.first_token(tok, text), cfg["pairs"], cfg["seed"])
+
+    def first_of(text):
+        return patching.first_token(tok, text)
+
+    pairs = tasks.pairs(task, usable, first_of, cfg["pairs"], cfg["seed"])
+    c3 = tasks.same_request_contexts(task, pairs, usable, first_of, cfg["seed"])
     x1 = [index[(p.c1, p.r1)] for p in pairs]
     x2 = [index[(p.c2, p.r2)] for p in pairs]
     x3 = [index[(p.c2, p.r1)] for p in pairs]
+    x4 = [index[(c, p.r2)] if c is not None else i for c, p, i in zip(c3, pairs, x2)]  # none: x2 itself, unscored
     p_clean = patching.probs_at(logits[x3], [first[i] for i in x3]) if pairs else []
     _, unrelated = patching.clean(model, patching.encode(tok, [UNRELATED]))
+    empty = np.zeros((0,) + tuple(res.shape[1:]), np.float32)
     return {"model": model_name, "task": task_name, "prompts": len(grid), "accuracy": float(np.mean(correct)),
-            "pairs": [[p.c1, p.r1, p.c2, p.r2] for p in pairs],
+            "accuracy_soft": float(np.mean(patching.hits(tok, logits, first, soft=True))),
+            "pairs": [[p.c1, p.r1, p.c2, p.r2] for p in pairs], "c3": c3,
+            "chance": [tasks.chance_rate(task, p.r1, first_of) for p in pairs],
             "x2_texts": [grid[i].text for i in x2],
             "targets": {"r2c2": [first[i] for i in x2], "r1c2": [first[i] for i in x3], "r1c1": [first[i] for i in x1],
+                        "r2c3": [first[i] for i in x4],
                         "x1_top1": logits[x1].argmax(-1).tolist() if pairs else []},
-            "p_clean": p_clean, "residual_x1": res[x1].numpy() if pairs else np.zeros((0,) + tuple(res.shape[1:])),
+            "p_clean": p_clean, "residual_x1": res[x1].numpy() if pairs else empty,
+            "residual_x4": res[x4].numpy() if pairs else empty,
             "residual_unrelated": unrelated[0].numpy(), "example": grid[x2[0]].text if pairs else grid[0].text}
 
 
 def patch_band(model_name: str, clean: dict[str, Any], layers: list[int], cfg: dict[str, Any]) -> dict[str, Any]:
-    """Request patching of every pair at every layer of the band, and the two controls: the
-    unrelated prompt's residual, and noise of the patched residual's norm."""
+    """Request patching of every pair at every layer of the band (exact first-token hits; the soft
+    match as ``*_soft``), the same-request control (x4 = (C3, R2)'s residual: R2(C2) expected,
+    R2(C3) if the patch moved the answer), and two off-distribution checks: the unrelated prompt's
+    residual, and noise of the patched residual's norm."""
     import torch
 
     from . import patching
@@ -159,12 +177,12 @@ def patch_band(model_name: str, clean: dict[str, Any], layers: list[int], cfg: d
     model, tok = load_model(model_name, cfg)
     t = clean["targets"]
     n = len(clean["pairs"])
-    out = {k: [[] for _ in layers] for k in ("r2c2", "r1c2", "r1c1", "p_r1c2", "logit_diff", "unrelated_r1c2",
-                                               "unrelated_r2c2", "noise_r1c2", "noise_r2c2", "x1_top1")}
+    out = {k: [[] for _ in layers] for k in (*PATCH_KEYS, "r2c2_soft", "r1c2_soft", "r1c1_soft")}
     if n == 0:
         return {"layers": layers, **out}
     enc = patching.encode(tok, clean["x2_texts"])
     x1 = torch.from_numpy(clean["residual_x1"])
+    x4 = torch.from_numpy(clean["residual_x4"])
     unrelated = torch.from_numpy(clean["residual_unrelated"])
     gen = torch.Generator().manual_seed(cfg["seed"])
     for idx in _batches(n, cfg["batch"]):
@@ -174,6 +192,7 @@ def patch_band(model_name: str, clean: dict[str, Any], layers: list[int], cfg: d
             lg = patcher(layer, x1[idx, layer])
             for key in ("r2c2", "r1c2", "r1c1"):
                 out[key][j] += [int(h) for h in patching.hits(tok, lg, sel[key])]
+                out[f"{key}_soft"][j] += [int(h) for h in patching.hits(tok, lg, sel[key], soft=True)]
             out["x1_top1"][j] += [int(h) for h in patching.is_top(lg, sel["x1_top1"])]
             out["p_r1c2"][j] += patching.probs_at(lg, sel["r1c2"])
             out["logit_diff"][j] += patching.logit_diff(lg, sel["r1c2"], sel["r2c2"])
@@ -182,6 +201,9 @@ def patch_band(model_name: str, clean: dict[str, Any], layers: list[int], cfg: d
                 lg = patcher(layer, residual)
                 out[f"{ctrl}_r1c2"][j] += [int(h) for h in patching.hits(tok, lg, sel["r1c2"])]
                 out[f"{ctrl}_r2c2"][j] += [int(h) for h in patching.hits(tok, lg, sel["r2c2"])]
+            lg = patcher(layer, x4[idx, layer])
+            out["same_r2c2"][j] += [int(h) for h in patching.hits(tok, lg, sel["r2c2"])]
+            out["same_r2c3"][j] += [int(h) for h in patching.hits(tok, lg, sel["r2c3"])]
     return {"layers": layers, **out}
 
 
@@ -201,7 +223,8 @@ def oversight(model_name: str, layer: int, n_layers: int, cfg: dict[str, Any]) -
     other = [patching.first_token(tok, " " + dis.contexts[c]["other"]) for c in range(n)]
     enc = patching.encode(tok, texts)
     out: dict[str, Any] = {"layer": layer, "plain": [], "patched": [], "plain_distractor": [],
-                           "patched_distractor": [], "by_layer": [[] for _ in range(n_layers)]}
+                           "patched_distractor": [], "plain_soft": [], "patched_soft": [],
+                           "by_layer": [[] for _ in range(n_layers)]}
     lg_ref, _ = _clean_all(model, tok, [plain.prompt(c, "city").text for c in range(n)], cfg["batch"])
     out["no_distractor"] = [int(h) for h in patching.hits(tok, lg_ref, truth)]
     for idx in _batches(n, cfg["batch"]):
@@ -209,6 +232,7 @@ def oversight(model_name: str, layer: int, n_layers: int, cfg: dict[str, Any]) -
         sel_t, sel_o = [truth[i] for i in idx], [other[i] for i in idx]
         lg_plain = patcher()
         out["plain"] += [int(h) for h in patching.hits(tok, lg_plain, sel_t)]
+        out["plain_soft"] += [int(h) for h in patching.hits(tok, lg_plain, sel_t, soft=True)]
         out["plain_distractor"] += [int(h) for h in patching.hits(tok, lg_plain, sel_o)]
         for at in range(n_layers):
             lg = patcher(at, res[0, at].expand(len(idx), -1))
@@ -216,6 +240,7 @@ def oversight(model_name: str, layer: int, n_layers: int, cfg: dict[str, Any]) -
             out["by_layer"][at] += right
             if at == layer:
                 out["patched"] += right
+                out["patched_soft"] += [int(h) for h in patching.hits(tok, lg, sel_t, soft=True)]
                 out["patched_distractor"] += [int(h) for h in patching.hits(tok, lg, sel_o)]
     out["example"] = texts[0]
     return out
@@ -246,7 +271,8 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     cells = []
     for (m, t), ref in cleans.items():
         clean = ray.get(ref)
-        cell = {k: clean[k] for k in ("model", "task", "prompts", "accuracy", "pairs", "p_clean", "example")}
+        cell = {k: clean[k] for k in ("model", "task", "prompts", "accuracy", "accuracy_soft", "pairs", "c3",
+                                      "chance", "p_clean", "example")}
         cell["per_layer"] = analysis.merge_bands(ray.get(band_refs[(m, t)]))
         cell["selected_layer"] = analysis.select_layer(cell)
         cells.append(cell)

@@ -281,3 +281,26 @@ def pairs(task: Task, usable: Callable[[int, str], bool], first: Callable[[str],
             if len(out) == n:
                 break
     return out
+
+
+def same_request_contexts(task: Task, chosen: list[Pair], usable: Callable[[int, str], bool],
+                          first: Callable[[str], object], seed: int) -> list[int | None]:
+    """For each pair, a third context C3 for the same-request control: x4 = (C3, R2) carries x2's
+    own request on another context, so request patching predicts x2's answer R2(C2) unchanged,
+    where a patch that moved the answer would give R2(C3). C3 differs from C1 and C2, fits C2's
+    requests (:func:`compatible`), is answered by the model, and R2(C3) has another first token
+    than R2(C2) (the outcomes can be told apart); None where no context qualifies. Drawn after
+    the pairs, so the pairs are the same with or without this control."""
+    rng = random.Random(f"same-request:{task.name}:{seed}")
+    out: list[int | None] = []
+    for p in chosen:
+        cands = [c for c in range(len(task.contexts)) if c not in (p.c1, p.c2) and compatible(task, c, p.c2)
+                 and usable(c, p.r2) and first(task.answer(c, p.r2)) != first(task.answer(p.c2, p.r2))]
+        out.append(rng.choice(cands) if cands else None)
+    return out
+
+
+def chance_rate(task: Task, request: str, first: Callable[[str], object]) -> float:
+    """The rate of a guess drawn uniformly from the first tokens of the request's answers over
+    the task's contexts (the random-guess baseline of R(C) for that request)."""
+    return 1.0 / len({first(task.answer(c, request)) for c in range(len(task.contexts))})
