@@ -46,6 +46,9 @@ class Estimate:
     """the 95% interval; None for a deterministic value; (-inf, inf) when the units cannot bound it"""
     n: int
     """independent units (seeds, runs, episodes, trials) the value rests on"""
+    reach: tuple[float, float] | None = None
+    """for a rate: the lowest upper end and the highest lower end its interval can take at this n
+    (all failures, all successes); a bound outside them cannot be met however the units fall"""
 
 
 def exact(value: float) -> Estimate:
@@ -80,16 +83,21 @@ def paired_difference(a: Sequence[float], b: Sequence[float]) -> Estimate:
     return mean(a - b)
 
 
-def proportion(successes: int, n: int) -> Estimate:
-    """A share of n independent trials with its Wilson score interval."""
-    if n <= 0:
-        return Estimate(math.nan, (-math.inf, math.inf), 0)
+def _wilson(successes: int, n: int) -> tuple[float, float]:
     from scipy import stats
 
     p, z = successes / n, float(stats.norm.ppf(0.5 + LEVEL / 2))
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return Estimate(p, (max(0.0, centre - half), min(1.0, centre + half)), n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def proportion(successes: int, n: int) -> Estimate:
+    """A share of n independent trials with its Wilson score interval (and what the interval can
+    reach at this n: see :attr:`Estimate.reach`)."""
+    if n <= 0:
+        return Estimate(math.nan, (-math.inf, math.inf), 0)
+    return Estimate(successes / n, _wilson(successes, n), n, reach=(_wilson(0, n)[1], _wilson(n, n)[0]))
 
 
 def bootstrap(units: Sequence[Any] | np.ndarray | tuple, statistic: Callable[..., float], *, resamples: int = 2000,
@@ -139,6 +147,18 @@ def _span(e: Estimate) -> tuple[float, float]:
     return e.ci if e.ci is not None else (e.value, e.value)
 
 
+def _unreachable(e: Estimate, bound: float, above: bool) -> str | None:
+    """Why a rate's interval can never meet ``bound`` at its n (None when it can, or it is no rate)."""
+    if e.reach is None:
+        return None
+    lowest_upper, highest_lower = e.reach
+    if above and highest_lower < bound - _slack(bound):
+        return f"at {e.n}/{e.n} the interval's lower end is {highest_lower:.3g} < {bound:g}"
+    if not above and lowest_upper > bound + _slack(bound):
+        return f"at 0/{e.n} the interval's upper end is {lowest_upper:.3g} > {bound:g}"
+    return None
+
+
 def _verdict(e: Estimate, meets: Callable[[float], bool]) -> bool | None:
     """Three-valued, for a one-sided bound: both ends of the interval meet it (so every value
     between does), neither does, or one does. A value not measured fails when deterministic and
@@ -174,7 +194,12 @@ class Claim:
                         "deterministic value), not on a bare number")
 
     @classmethod
-    def _make(cls, id, statement, est, bound, holds, note, check, source) -> "Claim":
+    def _make(cls, id, statement, est, bound, holds, note, check, source, unreachable=None) -> "Claim":
+        if unreachable is not None and holds is not False:
+            # a rate at this n cannot meet the bound even with every unit a success (or failure):
+            # no verdict, and say so, rather than an "inconclusive" more data of this size never resolves
+            holds = None
+            note = (note + "; " if note else "") + f"no verdict possible: {est.n} units cannot reach it ({unreachable})"
         if check:
             source = source or "ours"
         if source not in SOURCES:
@@ -187,7 +212,7 @@ class Claim:
                  check: bool = False, *, source: str | None = None) -> "Claim":
         e = cls._estimate(est, check)
         ok = _verdict(e, lambda x: x >= bound - _slack(bound))
-        return cls._make(id, statement, e, f">= {bound:g}", ok, note, check, source)
+        return cls._make(id, statement, e, f">= {bound:g}", ok, note, check, source, _unreachable(e, bound, True))
 
     @classmethod
     def above(cls, id: str, statement: str, est: Estimate | float, bound: float, note: str = "",
@@ -196,14 +221,14 @@ class Claim:
         as a gain that is exactly zero on every unit, does not hold."""
         e = cls._estimate(est, check)
         ok = _verdict(e, lambda x: x > bound + _slack(bound))
-        return cls._make(id, statement, e, f"> {bound:g}", ok, note, check, source)
+        return cls._make(id, statement, e, f"> {bound:g}", ok, note, check, source, _unreachable(e, bound, True))
 
     @classmethod
     def at_most(cls, id: str, statement: str, est: Estimate | float, bound: float, note: str = "",
                 check: bool = False, *, source: str | None = None) -> "Claim":
         e = cls._estimate(est, check)
         ok = _verdict(e, lambda x: x <= bound + _slack(bound))
-        return cls._make(id, statement, e, f"<= {bound:g}", ok, note, check, source)
+        return cls._make(id, statement, e, f"<= {bound:g}", ok, note, check, source, _unreachable(e, bound, False))
 
     @classmethod
     def within(cls, id: str, statement: str, est: Estimate | float, lo: float, hi: float, note: str = "",

@@ -159,3 +159,16 @@ def test_a_cluster_bootstrap_resamples_shared_units_together():
     assert bootstrap(x[:10], np.mean, clusters=ctx[:10]).ci == (-math.inf, math.inf)  # one context bounds nothing
     with pytest.raises(ValueError, match="label per row"):
         bootstrap(x, np.mean, clusters=ctx[:5])
+
+
+def test_a_rate_whose_interval_cannot_reach_its_bound_gets_no_verdict():
+    """At n = 12 even 12 successes give a Wilson lower end of 0.76: a ">= 0.95" claim on 12 units
+    can never hold, so it says so rather than reading as an inconclusive that data could resolve;
+    a rate clearly below the bound still fails, and with enough units the claim can hold."""
+    c = Claim.at_least("a", "s", proportion(12, 12), 0.95, source="ours")
+    assert c.holds is None and "no verdict possible: 12 units" in c.note
+    assert Claim.at_least("a", "s", proportion(5, 12), 0.95, source="ours").holds is False
+    assert Claim.at_least("a", "s", proportion(80, 80), 0.95, source="ours").holds is True
+    assert "no verdict" in Claim.at_most("a", "s", proportion(0, 12), 0.1, source="ours").note
+    assert Claim.at_most("a", "s", proportion(0, 40), 0.1, source="ours").holds is True
+    assert "no verdict" not in Claim.at_least("a", "s", mean([1.0] * 12), 0.95, source="ours").note  # not a rate
