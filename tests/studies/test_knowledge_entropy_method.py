@@ -106,14 +106,16 @@ def test_q_of_one_lifts_the_chosen_neurons_to_the_layer_mean():
         entropy.resuscitation_factors(c_bar, ratio=0.0, q=2.0)
 
 
-def test_the_random_control_keeps_the_amounts_on_other_neurons():
+def test_the_random_control_applies_the_rule_to_neurons_it_did_not_pick():
+    """As many random neurons per layer, each scaled by its own (mean / C_bar_j) * q: the rule, not
+    the chosen neurons' (large) factors moved onto other neurons."""
     rng = np.random.default_rng(1)
     c_bar = rng.random((3, 40))
     plan = entropy.resuscitation_factors(c_bar, 0.25, 2.0)
-    ctrl = entropy.random_like(plan, [40] * 3, seed=0)
-    for a, b, fa, fb in zip(plan.neurons, ctrl.neurons, plan.factors, ctrl.factors):
+    ctrl = entropy.random_like(plan, c_bar, 2.0, seed=0)
+    for row, a, b, fb in zip(c_bar, plan.neurons, ctrl.neurons, ctrl.factors):
         assert len(a) == len(b) == len(set(b.tolist())) and not np.array_equal(a, b)
-        np.testing.assert_allclose(np.sort(fa), np.sort(fb))
+        np.testing.assert_allclose(row[b] * fb, row.mean() * 2.0)  # each lifted to q times the layer mean
 
 
 def test_a_non_gated_mlp_is_refused():

@@ -9,8 +9,10 @@ t = 0 the start model:
 the fact-specific gain in log probability (nats per token), net of what continual training does to
 facts of the same form that were never injected. Acquisition is A_S right after S's last injection
 (paraphrase: the last round; once: the first), retained knowledge A_S at the end of the run, and
-forgetting 1 - retained / acquired (the share of what was acquired that is lost). A run's values
-are the means over the two splits. Pure functions of the metrics.
+forgetting acquired - retained (the log probability lost again, nats per token: defined for every
+run, where the share 1 - retained / acquired, used before 2026-12, is undefined when nothing was
+acquired and dropped those seeds). A run's values are the means over the two splits. Pure
+functions of the metrics.
 """
 from __future__ import annotations
 
@@ -46,8 +48,7 @@ def gains(run: dict[str, Any], schedule: dict[str, Any]) -> dict[str, float]:
     kept = {s: a(s, end) for s in INJECTED}
     acquired = float(np.mean([acq[s] for s in INJECTED]))
     retained = float(np.mean([kept[s] for s in INJECTED]))
-    forgetting = 1.0 - retained / acquired if acquired > 0 else math.nan
-    return {"acquired": acquired, "retained": retained, "forgetting": forgetting,
+    return {"acquired": acquired, "retained": retained, "forgetting": acquired - retained,
             **{f"acquired_{s}": acq[s] for s in INJECTED}, **{f"retained_{s}": kept[s] for s in INJECTED}}
 
 
@@ -129,7 +130,7 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
         Claim.above("forgetting_increases", f"Later checkpoints forget more: F({starts[-1]}) - F({starts[0]}) "
                     "('more' read as > 0)",
                     _paired_key(metrics, late, early, "forgetting"), 0.0,
-                    note="F = 1 - retained/acquired at the end of the run", source="paper-read"),
+                    note="F = acquired - retained by the end of the run, nats/token", source="paper-read"),
         Claim.above("resuscitation_acquires_more", "Resuscitation improves acquisition over the unmodified last "
                     "checkpoint: A(resuscitated) - A(last) ('improves' read as > 0)",
                     _paired_key(metrics, a["resuscitated"], late, "acquired"),
@@ -141,8 +142,8 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
         Claim.above("resuscitation_beats_random", "The gain comes from the low-coefficient neurons: "
                     "A(resuscitated) - A(same factors on random neurons)",
                     _paired_key(metrics, a["resuscitated"], a["random"], "acquired"), 0.0,
-                    note="negative control: the same number of neurons per layer and the same factors",
-                    source="ours"),
+                    note="negative control: as many random neurons per layer, each scaled by Algorithm 1's own "
+                         "factor for it (mean C_bar / C_bar_j * q)", source="ours"),
         Claim.above("resuscitation_keeps_entropy", "The resuscitated model ends continual training with higher "
                     "knowledge entropy than the unmodified one: H_end(resuscitated) - H_end(last)",
                     _paired_key(metrics, a["resuscitated"], late, "h_final"),
@@ -166,6 +167,9 @@ def arm_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
                     "h_resuscitated", "h_final"):
             vals = [v for v in per_seed(metrics, runs, key).values() if np.isfinite(v)]
             row[key] = mean(vals) if vals else None
+        # the start model's loss on the unseen probes before any continual step: arms starting from
+        # barely trained checkpoints sit far above the rest
+        row["start_loss"] = mean([float(r["eval0"]["unseen"]) for r in runs.values()])
         rows.append(row)
     return rows
 
@@ -219,14 +223,16 @@ def report_md(metrics: dict[str, Any], cfg) -> str:
                   "Different widths and depths: the normalised value (the mean layer entropy over log m) is the one "
                   "to compare with the curve above.", ""]
     parts += ["## Continual training with injected facts (mean and 95% interval over seeds)", "",
-              table(["arm", "seeds", "acquired", "retained", "forgetting", "acq. paraphrase", "acq. once", "H start",
-                     "H resuscitated", "H end"],
-                    [[r["arm"], r["seeds"], *(_ci(r[k]) for k in ("acquired", "retained", "forgetting",
+              table(["arm", "seeds", "start loss", "acquired", "retained", "forgetting", "acq. paraphrase", "acq. once",
+                     "H start", "H resuscitated", "H end"],
+                    [[r["arm"], r["seeds"], *(_ci(r[k]) for k in ("start_loss", "acquired", "retained", "forgetting",
                                                                    "acquired_paraphrase", "acquired_once", "h_start",
                                                                    "h_resuscitated", "h_final"))]
                      for r in arm_table(metrics)]), "",
+              "start loss: the start model's loss on the unseen probes before any continual step (nats per token). "
               "acquired / retained: fact-specific gain in log probability of the probes' targets (nats per token, "
-              "against never-injected facts) right after injection / at the end of the run.", ""]
+              "against never-injected facts) right after injection / at the end of the run; forgetting: acquired - "
+              "retained.", ""]
     h, acq = entropy_vs_acquisition(metrics)
     if len(h) >= 3:
         parts += [f"Across the plain runs (every seed and start checkpoint, n = {len(h)}), Spearman rho of the "

@@ -114,9 +114,15 @@ def resuscitate(model, plan: Resuscitation) -> None:
             up.bias[rows] *= scale
 
 
-def random_like(plan: Resuscitation, widths: list[int], seed: int) -> Resuscitation:
-    """The negative control: as many neurons per layer as ``plan`` chose, drawn at random, each
-    given one of the plan's factors (the same amounts, on neurons chosen without C_bar)."""
+def random_like(plan: Resuscitation, c_bar: np.ndarray, q: float, seed: int) -> Resuscitation:
+    """The negative control: as many neurons per layer as ``plan`` chose, drawn at random (without
+    C_bar), each scaled as Algorithm 1 would scale that neuron, (mean(C_bar_l) / C_bar_l,j) * q:
+    the rule applied to neurons it did not pick. (Before 2026-12 the random neurons took the
+    chosen ones' factors, far above 1 on neurons already near the mean.)"""
     rng = np.random.default_rng(seed)
-    neurons = [np.sort(rng.choice(w, size=len(idx), replace=False)) for w, idx in zip(widths, plan.neurons)]
-    return Resuscitation(neurons, [rng.permutation(f) for f in plan.factors])
+    neurons, factors = [], []
+    for row, idx in zip(np.asarray(c_bar, float), plan.neurons):
+        pick = np.sort(rng.choice(len(row), size=len(idx), replace=False))
+        neurons.append(pick)
+        factors.append(row.mean() / np.maximum(row[pick], 1e-12) * q)
+    return Resuscitation(neurons, factors)

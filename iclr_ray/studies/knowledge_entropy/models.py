@@ -89,7 +89,7 @@ def start_model(spec: dict[str, Any], world: World, eval_rows: dict[str, list], 
     if spec["arm"] != "plain":
         plan = ke.resuscitation_factors(c_bar, spec["ratio"], spec["q"])
         if spec["arm"] == "random":
-            plan = ke.random_like(plan, [c.shape[0] for c in c_bar], seed=spec["seed"])
+            plan = ke.random_like(plan, c_bar, spec["q"], seed=spec["seed"])
         ke.resuscitate(model, plan)
         after = ke.coefficient_means(model, ids, mask)
         out["h_resuscitated"] = ke.knowledge_entropy(after)
