@@ -26,8 +26,8 @@ def test_smoke_runs_every_layer_band_and_draws_the_figures(ray_cluster, tmp_path
     assert cli.main(["run", "orion", "--preset", "smoke", "--out", str(out), "--set", "layer_bands=3"]) == 0
     result = json.loads((out / "result.json").read_text())
     m = result["metrics"]
-    assert len(m["cells"]) == 5 and {c["task"] for c in m["cells"]} == {"nanoqa", "induction", "typehint", "factual",
-                                                                        "translation"}
+    assert len(m["cells"]) == 6 and {c["task"] for c in m["cells"]} == {"nanoqa", "induction", "typehint", "factual",
+                                                                        "translation", "quantity"}
     for cell in m["cells"]:
         pl = cell["per_layer"]
         assert pl["layers"] == [0, 1, 2, 3]  # three bands merged back in order

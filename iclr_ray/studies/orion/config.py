@@ -34,7 +34,8 @@ class Oversight(Section):
 class Config(StudyConfig, TaskResources):  # its task resources: every Ray task's (all run a model)
     models: list[str] = Field(["smollm2-135m-instruct", "gemma3-270m"], min_length=1)
     """packaged model names (llm.pretrained.PACKAGED), checkpoint folders, HF ids, or tiny-random"""
-    tasks: list[TaskName] = Field(["nanoqa", "induction", "typehint", "factual", "translation"], min_length=1)
+    tasks: list[TaskName] = Field(["nanoqa", "induction", "typehint", "factual", "translation", "quantity"],
+                                  min_length=1)
     contexts: int = Field(24, ge=2)
     """contexts drawn per task (every request is asked of each: the prompts the model must answer
     before any pair uses them); induction uses half as many, having six requests"""

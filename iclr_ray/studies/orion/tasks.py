@@ -1,7 +1,7 @@
 """ORION retrieval tasks as generators: a context C (entities with attributes), a request R (which
 attribute of which entity), the prompt x = (C, R) and the target R(C), whose first token is scored.
 
-Five domains with the paper's structure (the texts and vocabularies are this project's own):
+Six domains with the paper's structure (the texts and vocabularies are this project's own):
 
 * ``nanoqa``: a short story with a main character's name, a city and an occupation; the request
   is a question about one of the three;
@@ -13,7 +13,9 @@ Five domains with the paper's structure (the texts and vocabularies are this pro
 * ``factual``: a country (the context is the model's own knowledge of it); the request is an
   attribute (capital, language, continent), asked after a one-example prefix;
 * ``translation``: an English paragraph naming three people by role and surname; the request is a
-  partial French translation of one sentence that stops before the person's surname.
+  partial French translation of one sentence that stops before the person's surname;
+* ``quantity``: a list of items with how many of each (the paper's quantity retrieval); the
+  request asks how many of one item (the answer: a single digit).
 
 A *pair* is (x1, x2) = ((C1, R1), (C2, R2)) with C1 != C2 and R1 != R2; request patching expects
 R1(C2). :func:`pairs` keeps only pairs whose three expected answers R2(C2), R1(C2) and R1(C1) have
@@ -26,7 +28,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Literal, get_args
 
-TaskName = Literal["nanoqa", "induction", "typehint", "factual", "translation"]
+TaskName = Literal["nanoqa", "induction", "typehint", "factual", "translation", "quantity"]
 TASKS: tuple[str, ...] = get_args(TaskName)
 
 
@@ -237,8 +239,38 @@ def translation(n_contexts: int, rng: random.Random) -> Task:
     return Task("translation", contexts, list(SURNAMES), render, lambda c, r: " " + contexts[c][r])
 
 
+# -- quantity retrieval ---------------------------------------------------------------------------
+
+ITEMS = ["apples", "eggs", "onions", "lemons", "carrots"]
+LISTS = ["For the picnic we packed {items}.", "The market stall sold {items} this morning.",
+         "On the kitchen table there were {items}."]
+QUANTITY_SHOT = "On the shelf there were 4 cups, 8 plates and 6 bowls.\nQuestion: How many plates?\nAnswer: 8\n\n"
+
+
+def quantity(n_contexts: int, rng: random.Random, n_items: int = 3) -> Task:
+    """A sentence listing how many of each item (single digits, distinct within the list, so the
+    answer's first token is its digit); the request is an item. Every context lists the same items
+    (so R1(C2) exists) with new counts, in a shuffled order. The prompt ends with "Answer: " and the
+    answer is the bare digit: the tokenizers of the packaged models split " 7" into a space and "7"."""
+    items = rng.sample(ITEMS, n_items)
+    contexts = []
+    for _ in range(n_contexts):
+        counts = rng.sample(range(2, 10), n_items)
+        order = rng.sample(range(n_items), n_items)
+        last = order[-1]
+        listed = ", ".join(f"{counts[i]} {items[i]}" for i in order[:-1]) + f" and {counts[last]} {items[last]}"
+        contexts.append({**{it: str(n) for it, n in zip(items, counts)},
+                         "text": LISTS[rng.randrange(len(LISTS))].format(items=listed)})
+
+    def render(c: int, r: str) -> str:
+        return f"{QUANTITY_SHOT}{contexts[c]['text']}\nQuestion: How many {r}?\nAnswer: "
+
+    return Task("quantity", contexts, items, render, lambda c, r: contexts[c][r])
+
+
 BUILDERS: dict[str, Callable[[int, random.Random], Task]] = {
-    "nanoqa": nanoqa, "induction": induction, "typehint": typehint, "factual": factual, "translation": translation}
+    "nanoqa": nanoqa, "induction": induction, "typehint": typehint, "factual": factual, "translation": translation,
+    "quantity": quantity}
 
 
 def build(name: str, n_contexts: int, seed: int) -> Task:
