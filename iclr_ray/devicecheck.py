@@ -67,9 +67,8 @@ class StrictDevices(TorchDispatchMode):
         self.host_values = host_values
         self.host_reads = 0
 
-    def _host_value(self, func, args, kwargs):
+    def _host_value(self, name, args, kwargs):
         """zeros where a meta tensor is read back to the CPU (``host_values``), else None"""
-        name = func.overloadpacket.__name__
         src = args[1] if name == "copy_" else args[0] if args else None
         if not (self.host_values and isinstance(src, torch.Tensor) and src.device.type == "meta"):
             return None
@@ -95,7 +94,8 @@ class StrictDevices(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if (func.overloadpacket.__name__ in ("is_nonzero", "_local_scalar_dense", "item") and args
+        name = func.overloadpacket.__name__  # once per op: this runs for every op of the check
+        if (name in ("is_nonzero", "_local_scalar_dense", "item") and args
                 and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta"
                 and args[0].dtype == torch.bool):
             self.reads += 1
@@ -103,10 +103,9 @@ class StrictDevices(TorchDispatchMode):
                 raise RuntimeError("Tensor.item() cannot be called on meta tensors (the device check's last "
                                    "yes/no read)")
             return False
-        value = self._host_value(func, args, kwargs)
+        value = self._host_value(name, args, kwargs) if self.host_values else None
         if value is not None:
             return value
-        name = func.overloadpacket.__name__
         if name not in MOVES:
             checked = (args[:1] + args[2:], kwargs) if name in INDEXING else (args, kwargs)
             devices = set(_devices(checked[0]))
