@@ -1,6 +1,8 @@
 """moee's claims on metrics built here: a real gain holds, and each negative control (a sum that is
-HS plus noise, an untrained router as good as the trained one, a sum below concat) does not; the
-alpha = 0 check; the anchor claim for OLMoE on STS12; the report and figures draw."""
+HS plus noise, a sum that beats only the z-scored HS and not the raw HS the paper compares with, a
+gain on the dev units only, an untrained router as good as the trained one, a sum below concat)
+does not; the alpha = 0 check; alpha chosen on the dev units; the paper's Spearman-sum form; the
+anchor claim for OLMoE on STS12; the report and figures draw."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,9 +16,11 @@ KINDS = ("sts", "classification", "clustering", "pair_classification", "rerankin
 
 
 def _metrics(gain: float, untrained_gain: float | None = None, concat_gain: float = 0.0, models=("seed0", "seed1"),
-             n: int = 300, seed: int = 0, names=None):
-    """Per-unit scores where view sum = hs + gain (in the task's own units) and concat = hs +
-    concat_gain, sum_untrained = hs + untrained_gain; noise independent per view."""
+             n: int = 300, seed: int = 0, names=None, z_gain: float = 0.0, dev_gain: float | None = None):
+    """Per-unit scores where view sum = hs_raw + gain (in the task's own units), hs (z-scored) =
+    hs_raw + z_gain, concat = hs_raw + concat_gain, sum_untrained = hs_raw + untrained_gain; noise
+    independent per view. The first third of each task's units is its dev split; ``dev_gain``
+    (given) replaces the sum's gain on the dev units and ``gain`` applies to the test units only."""
     rng = np.random.default_rng(seed)
     untrained_gain = 0.0 if untrained_gain is None else untrained_gain
     tasks, scores = [], {}
@@ -29,8 +33,12 @@ def _metrics(gain: float, untrained_gain: float | None = None, concat_gain: floa
         tasks.append({"kind": kind, "name": name, "texts": units, "units": units, "note": "", "target":
                       None if target is None else target.tolist()})
         scores[name] = {}
+        dev = np.arange(units // 3)
         for m in models:
-            def view(g):
+            def view(g, g_dev=None):
+                g = np.full(units, g)
+                if g_dev is not None:
+                    g[dev] = g_dev
                 if kind in ("sts", "pair_classification"):  # similarities that follow the target more with g
                     base = target + rng.normal(0, 2.0, units)
                     out = base + g * target * 12
@@ -39,13 +47,16 @@ def _metrics(gain: float, untrained_gain: float | None = None, concat_gain: floa
                     return (rng.random(units) < 0.5 + g).astype(float).tolist()
                 return np.clip(0.4 + g + rng.normal(0, 0.02, units), 0, 1).tolist()
 
-            hs = view(0.0)
-            scores[name][m] = {"hs": hs, "sum_alpha0": hs, "rw": view(0.0), "concat": view(concat_gain),
-                               "sum": view(gain), "rw_untrained": view(0.0), "sum_untrained": view(untrained_gain)}
-    return {"models": list(models), "tasks": tasks, "scores": scores, "alpha": 1.0, "source": "reviews",
+            hs = view(z_gain)
+            scores[name][m] = {"hs": hs, "hs_raw": view(0.0), "sum_alpha0": hs, "rw": view(0.0),
+                               "concat": view(concat_gain), "sum": view(gain, dev_gain), "rw_untrained": view(0.0),
+                               "sum_untrained": view(untrained_gain)}
+    return {"models": list(models), "tasks": tasks, "scores": scores, "alpha": 1.0, "alpha_chosen": "dev",
+            "dev": {t["name"]: list(range(t["units"] // 3)) for t in tasks}, "source": "reviews",
             "prompt": "title", "dims": {"hs": 128, "rw": 32, "rw_kind": {m: "logits" for m in models}},
             "reference": {t["name"]: scores[t["name"]][models[0]]["hs"] for t in tasks},
-            "sweep": {"alphas": [0.0, 1.0], "per_task": {t["name"]: [[0.1, 0.2], [0.2, 0.3]] for t in tasks}},
+            "sweep": {"alphas": [0.0, 1.0], "per_task": {t["name"]: [[0.1, 0.2], [0.2, 0.3]] for t in tasks},
+                      "per_task_dev": {t["name"]: [[0.1, 0.1], [0.3, 0.2]] for t in tasks}, "dev_mean": [0.1, 0.25]},
             "pretrain": {"docs": 10, "tokens": 100, "rows": 5, "vocab": 300,
                          "curves": {m: [{"step": 1, "loss": 5.0}, {"step": 2, "loss": 4.0}] for m in models}}}
 
@@ -73,6 +84,42 @@ def test_negative_controls_do_not_hold():
     assert concat["sum_beats_concat"].holds is False
 
 
+def test_the_gain_over_hs_is_judged_against_raw_hs_on_test_units_only():
+    # the sum beats the z-scored HS by 0.15 but is no better than the raw HS the paper compares with
+    only_z = _by_id(_metrics(gain=0.0, z_gain=-0.15))
+    for kind in KINDS:
+        assert only_z[f"sum_beats_hs_{kind}"].holds is not True, kind
+    # a large gain on the dev units alpha was chosen on, none on the test units
+    dev_only = _by_id(_metrics(gain=0.0, dev_gain=0.3))
+    for kind in KINDS:
+        assert dev_only[f"sum_beats_hs_{kind}"].holds is not True, kind
+    assert _by_id(_metrics(gain=0.15, dev_gain=0.0))["sum_beats_hs_sts"].holds is True
+
+
+def test_alpha_is_chosen_on_the_dev_units():
+    from iclr_ray.studies.moee.run import choose_alpha
+
+    assert choose_alpha([0.0, 0.5, 1.0], [0.2, 0.4, 0.3], None) == (0.5, "dev")
+    assert choose_alpha([0.0, 0.5, 1.0], [0.4, 0.4, 0.3], None) == (0.0, "dev")  # a tie: the smaller alpha
+    assert choose_alpha([0.0, 0.5], [0.2, 0.4], 2.0) == (2.0, "fixed")
+    assert choose_alpha([0.0, 0.5], [float("nan")] * 2, None)[0] == 1.0
+
+
+def test_the_papers_spearman_sum_beside_the_similarity_sum():
+    from scipy.stats import spearmanr
+
+    m = _metrics(gain=0.1)
+    t = next(t for t in m["tasks"] if t["kind"] == "sts")
+    rows = np.arange(t["units"] // 3, t["units"])
+    target = np.asarray(t["target"])[rows]
+    by_hand = np.mean([spearmanr(np.asarray(m["scores"][t["name"]][k]["hs_raw"])[rows], target).statistic
+                       + spearmanr(np.asarray(m["scores"][t["name"]][k]["rw"])[rows], target).statistic
+                       for k in m["models"]])
+    got = analysis.spearman_sum(m)[t["name"]]
+    assert got["spearman_sum"] == pytest.approx(100 * by_hand)
+    assert got["similarity_sum"] == pytest.approx(analysis.score_table(m)[t["name"]]["sum"])
+
+
 def test_alpha_zero_check_fails_when_the_sum_differs_from_hs():
     m = _metrics(gain=0.1)
     first = m["tasks"][0]["name"]
@@ -93,4 +140,5 @@ def test_report_and_figures_draw():
     m = _metrics(gain=0.1)
     text = analysis.report_md(m)
     assert "MoEE (sum)" in text and "all-MiniLM-L6-v2" in text and "Alpha sweep" in text
+    assert "Spearman(HS) + alpha Spearman(RW)" in text and "HS (z-scored)" in text
     assert set(plots.plot_all(m)) == {"scores", "alpha_sweep", "pretraining"}

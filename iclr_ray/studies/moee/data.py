@@ -15,6 +15,9 @@ from ...config import ConfigError, DataError
 KINDS = ("sts", "classification", "clustering", "pair_classification", "reranking")
 """the paper's task types that this study scores (MTEB's, less summarisation)"""
 
+MIN_TEST_UNITS = 3
+"""a task keeps at least this many test units after its dev split (the claims resample them)"""
+
 COLUMNS = ["Clothing ID", "Title", "Review Text", "Rating", "Department Name", "Class Name"]
 
 
@@ -47,6 +50,38 @@ class Task:
         return {"sts": lambda: len(self.pairs), "pair_classification": lambda: len(self.pairs),
                 "classification": lambda: len(self.test), "clustering": lambda: len(self.subsets),
                 "reranking": lambda: len(self.queries)}[self.kind]()
+
+    def unit_texts(self, i: int) -> np.ndarray:
+        """The text indices unit ``i`` reads (a pair's two, a test item, a subset, a query and its
+        candidates)."""
+        if self.kind in ("sts", "pair_classification"):
+            return np.asarray(self.pairs[i])
+        if self.kind == "classification":
+            return np.asarray([self.test[i]])
+        if self.kind == "clustering":
+            return np.asarray(self.subsets[i])
+        return np.concatenate([[self.queries[i]], np.asarray(self.candidates[i])])
+
+    def dev_units(self, fraction: float, seed: int) -> np.ndarray:
+        """A seeded choice of ``fraction`` of the units as the dev split (alpha is chosen on it, the
+        z-scoring statistics are read from its texts), sorted; the rest are the test units the
+        claims read. None where that would leave fewer than :data:`MIN_TEST_UNITS` test units (a
+        task with one clustering set: every unit is a test unit)."""
+        n = self.units()
+        k = int(np.floor(fraction * n))
+        if k < 1 or n - k < MIN_TEST_UNITS:
+            return np.zeros(0, int)
+        return np.sort(np.random.default_rng([seed, 7]).choice(n, k, replace=False))
+
+    def fit_texts(self, dev: np.ndarray) -> np.ndarray:
+        """The texts a standardiser may read: the dev units' and the classifier's training items',
+        less every text a test unit reads (so no test unit's text is in the statistics)."""
+        test = np.setdiff1d(np.arange(self.units()), dev)
+        seen = [self.unit_texts(i) for i in dev] + ([np.asarray(self.train)] if self.kind == "classification" else [])
+        if not seen:
+            return np.zeros(0, int)
+        held = np.concatenate([self.unit_texts(i) for i in test]) if len(test) else np.zeros(0, int)
+        return np.setdiff1d(np.concatenate(seen), held)
 
 
 @dataclass

@@ -7,7 +7,8 @@ For a sentence wrapped in a prompt and encoded with left padding:
 - RW: at the last token, every MoE layer's router output over *all* experts, concatenated
   (dimension = MoE layers x experts): raw router logits (as the paper's OLMoE) or their softmax
   (as its DeepSeekMoE);
-- both z-scored per dimension over the encoded corpus (eps 1e-8);
+- both z-scored per dimension (eps 1e-8) with statistics read from texts no test unit reads
+  (:class:`Standardiser`); HS is also scored raw, as the official code scores it;
 - MoEE (concat): cosine on [HS; RW];
 - MoEE (sum): cos(HS_q, HS_d) + alpha * cos(RW_q, RW_d).
 
@@ -195,27 +196,39 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Views:
-    """The standardised parts of one corpus; :meth:`get` gives each view's unit-norm embedding."""
+    """The standardised parts of one corpus (and HS as it comes); :meth:`get` gives each view's
+    unit-norm embedding."""
     hs: np.ndarray
     rw: np.ndarray
+    hs_raw: np.ndarray | None = None
+    """HS before z-scoring: the official code scores HS raw (only RW and MoEE are standardised)"""
 
     @classmethod
-    def of(cls, enc: Encoded, untrained: bool = False) -> "Views":
+    def of(cls, enc: Encoded, untrained: bool = False, standardiser: "Standardiser | None" = None) -> "Views":
+        """z-scored by ``standardiser`` (statistics read from texts outside the test units), or,
+        without one, over the rows of ``enc`` themselves."""
         rw = enc.rw_untrained if untrained else enc.rw
         if rw is None:
             raise ValueError("this encoding has no untrained-router RW")
-        return cls(standardise(enc.hs), standardise(rw))
+        if standardiser is None:
+            return cls(standardise(enc.hs), standardise(rw), np.asarray(enc.hs, np.float64))
+        hs, rw = standardiser.apply(np.asarray(enc.hs, np.float64), np.asarray(rw, np.float64))
+        return cls(hs, rw, np.asarray(enc.hs, np.float64))
 
     def get(self, view: str, alpha: float = 1.0) -> np.ndarray:
         if view == "hs":
             return unit(self.hs)
+        if view == "hs_raw":
+            if self.hs_raw is None:
+                raise ValueError("these views have no raw HS")
+            return unit(self.hs_raw)
         if view == "rw":
             return unit(self.rw)
         if view == "concat":  # z-scoring commutes with concatenation: z([HS; RW]) = [z(HS); z(RW)]
             return unit(np.hstack([self.hs, self.rw]))
         if view == "sum":
             return sum_embedding(self.hs, self.rw, alpha)
-        raise ValueError(f"unknown view {view!r}; views: {', '.join(VIEWS)}")
+        raise ValueError(f"unknown view {view!r}; views: {', '.join(VIEWS)}, hs_raw")
 
 
 STANDARDISE_FILE = "moee_standardise.npz"
@@ -233,6 +246,7 @@ class Standardiser:
 
     @classmethod
     def fit(cls, hs: np.ndarray, rw: np.ndarray) -> "Standardiser":
+        hs, rw = np.asarray(hs, np.float64), np.asarray(rw, np.float64)
         return cls(hs.mean(0), hs.std(0), rw.mean(0), rw.std(0))
 
     def apply(self, hs: np.ndarray, rw: np.ndarray, eps: float = EPS) -> tuple[np.ndarray, np.ndarray]:

@@ -13,7 +13,8 @@ def plot_scores(metrics: dict[str, Any]):
     import matplotlib.pyplot as plt
 
     table = score_table(metrics)
-    views = ["hs", "rw", "concat", "sum", "sum_untrained"] + (["reference"] if any("reference" in r for r in
+    views = [v for v in ("hs_raw", "hs", "rw", "concat", "sum", "sum_untrained")
+             if any(v in r for r in table.values())] + (["reference"] if any("reference" in r for r in
                                                                                    table.values()) else [])
     names = list(table)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.8 * len(names)), 4))
@@ -32,16 +33,23 @@ def plot_scores(metrics: dict[str, Any]):
 
 
 def plot_alpha(metrics: dict[str, Any]):
-    """MoEE (sum) against alpha, per task (alpha 0 is HS alone)."""
+    """MoEE (sum) against alpha, per task (alpha 0 is z-scored HS alone): test units solid, dev
+    units dashed, the alpha the claims use marked."""
     import matplotlib.pyplot as plt
 
     sw = metrics["sweep"]
+    dev = sw.get("per_task_dev") or {}
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, per in sw["per_task"].items():
-        ax.plot(sw["alphas"], [100 * float(np.mean(v)) for v in per], marker="o", label=name)
+        line, = ax.plot(sw["alphas"], [100 * float(np.mean(v)) for v in per], marker="o", label=name)
+        if name in dev:
+            ax.plot(sw["alphas"], [100 * float(np.mean(v)) for v in dev[name]], ls="--", color=line.get_color(),
+                    alpha=0.6)
+    ax.axvline(metrics["alpha"], color="grey", lw=0.8, ls=":")
     ax.set_xlabel("alpha (weight of cos RW)")
     ax.set_ylabel("MoEE (sum) score x 100")
-    ax.set_title("alpha sweep (mean over models)")
+    ax.set_title(f"alpha sweep (mean over models; dashed: dev units; alpha {metrics['alpha']:g} "
+                 f"{metrics.get('alpha_chosen', 'fixed')})", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

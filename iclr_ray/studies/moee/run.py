@@ -21,9 +21,9 @@ from . import data as D
 from .config import Config
 from .evaluate import score_units, task_score
 
-VIEWS_SCORED = ("hs", "rw", "concat", "sum", "sum_alpha0", "rw_untrained", "sum_untrained")
-"""what each model is scored with: the paper's four views, the sum at alpha = 0 (the check), and
-the untrained routers' RW alone and in the sum (the negative control)"""
+VIEWS_SCORED = ("hs", "hs_raw", "rw", "concat", "sum", "sum_alpha0", "rw_untrained", "sum_untrained")
+"""what each model is scored with: the paper's four views, HS raw (the official code's HS), the sum
+at alpha = 0 (the check), and the untrained routers' RW alone and in the sum (the negative control)"""
 
 
 @dataclass
@@ -147,17 +147,35 @@ def reference_task(texts: list[str], batch_size: int) -> dict[str, np.ndarray]:
                               for i in range(0, len(texts), batch_size)])}
 
 
-def views_of(enc: dict[str, np.ndarray], untrained: bool = False):
+def views_of(enc: dict[str, np.ndarray], untrained: bool = False, standardisers: dict | None = None):
+    """One model's views of one task, z-scored by its standardiser (``standardisers``: "trained"
+    and "untrained", from :func:`fit_standardisers`; None: over the task's own rows)."""
     from .moee import Encoded, Views
 
-    return Views.of(Encoded(enc["hs"], enc["rw"], enc.get("rw_untrained")), untrained=untrained)
+    std = None if standardisers is None else standardisers["untrained" if untrained else "trained"]
+    return Views.of(Encoded(enc["hs"], enc["rw"], enc.get("rw_untrained")), untrained=untrained, standardiser=std)
+
+
+def fit_standardisers(encs: list[dict[str, np.ndarray]], fit_rows: list[np.ndarray]) -> dict[str, Any] | None:
+    """One model's z-scoring statistics of HS and RW (and of the untrained routers' RW), read from
+    every task's ``fit_rows`` (texts no test unit reads: :meth:`data.Task.fit_texts`); None where
+    no task has any (then each task is z-scored over its own texts, as before the dev split)."""
+    from .moee import Standardiser
+
+    if sum(len(r) for r in fit_rows) < 2:
+        return None
+    hs = np.vstack([e["hs"][r] for e, r in zip(encs, fit_rows)])
+    out = {"trained": Standardiser.fit(hs, np.vstack([e["rw"][r] for e, r in zip(encs, fit_rows)]))}
+    if encs[0].get("rw_untrained") is not None:
+        out["untrained"] = Standardiser.fit(hs, np.vstack([e["rw_untrained"][r] for e, r in zip(encs, fit_rows)]))
+    return out
 
 
 @ray.remote(num_cpus=1)
-def score_task(task: D.Task, enc: dict[str, np.ndarray], alpha: float) -> dict[str, list]:
+def score_task(task: D.Task, enc: dict[str, np.ndarray], alpha: float, standardisers: dict | None) -> dict[str, list]:
     """Every scored view of one model on one task, per unit."""
-    views, control = views_of(enc), views_of(enc, untrained=True)
-    out = {v: score_units(task, views, v, alpha) for v in ("hs", "rw", "concat", "sum")}
+    views, control = views_of(enc, False, standardisers), views_of(enc, True, standardisers)
+    out = {v: score_units(task, views, v, alpha) for v in ("hs", "hs_raw", "rw", "concat", "sum")}
     out["sum_alpha0"] = score_units(task, views, "sum", 0.0)
     out["rw_untrained"] = score_units(task, control, "rw", alpha)
     out["sum_untrained"] = score_units(task, control, "sum", alpha)
@@ -172,31 +190,61 @@ def score_reference(task: D.Task, enc: dict[str, np.ndarray]) -> list:
     return np.asarray(score_units(task, Views(emb, np.zeros((len(emb), 1))), "hs")).tolist()
 
 
+def split_score(task: D.Task, units: np.ndarray, rows: np.ndarray) -> float:
+    """The task's score from the units ``rows`` (the dev or the test split) only."""
+    return task_score(task.kind, np.asarray(units)[rows], None if task.target is None else task.target[rows])
+
+
 @resumable
-def alpha_trial(config: dict[str, Any], trial_dir: Path | str, *, tasks_box: list, enc_box: list) -> dict[str, Any]:
-    """MoEE (sum) at one alpha: every task's score under every model."""
+def alpha_trial(config: dict[str, Any], trial_dir: Path | str, *, tasks_box: list, enc_box: list, std_box: list,
+                dev: dict[str, list[int]]) -> dict[str, Any]:
+    """MoEE (sum) at one alpha: every task's score under every model, on its dev units and on its
+    test units apart (alpha is chosen on the dev units' mean)."""
     alpha = config["spec"]["alpha"]
     tasks: list[D.Task] = ray.get(tasks_box[0])
     encodings: dict[str, list] = ray.get(enc_box[0])
-    per_task = {}
+    standardisers: dict[str, Any] = ray.get(std_box[0])
+    per_task, per_task_dev = {}, {}
     for t, task in enumerate(tasks):
-        per_task[task.name] = [task_score(task.kind, score_units(task, views_of(enc[t]), "sum", alpha), task.target)
-                               for enc in encodings.values()]
+        d = np.asarray(dev[task.name], int)
+        test = np.setdiff1d(np.arange(task.units()), d)
+        units = [score_units(task, views_of(enc[t], False, standardisers[m]), "sum", alpha)
+                 for m, enc in encodings.items()]
+        per_task[task.name] = [split_score(task, u, test) for u in units]
+        if len(d):
+            per_task_dev[task.name] = [split_score(task, u, d) for u in units]
+    dev_mean = float(np.mean([np.mean(v) for v in per_task_dev.values()])) if per_task_dev else float("nan")
     mean = float(np.mean([np.mean(v) for v in per_task.values()]))
-    return {"scores": {"mean": mean}, "per_task": per_task}
+    return {"scores": {"mean": mean, "dev_mean": dev_mean}, "per_task": per_task, "per_task_dev": per_task_dev}
 
 
-def save_standardisers(encodings: dict[str, list], trained_here: dict[str, str], folder: str, prompt: str) -> None:
-    """Each model's HS and RW statistics over every encoded text and the prompt they were encoded
-    with, for ``iclr-ray serve embed`` to embed single requests as the study embeds a corpus: beside a
-    model trained here (where the embedding app finds them), and in the run's artefacts for every
+def choose_alpha(alphas: list[float], dev_means: list[float], fixed: float | None) -> tuple[float, str]:
+    """The alpha the claims use and how it was chosen: ``fixed`` when given; else the sweep's alpha
+    with the best mean dev score (ties: the smaller alpha); 1.0, the paper's default, when no task
+    has dev units."""
+    if fixed is not None:
+        return float(fixed), "fixed"
+    ok = [(m, -a) for a, m in zip(alphas, dev_means) if np.isfinite(m)]
+    if not ok:
+        return 1.0, "default (no dev units)"
+    return -max(ok)[1], "dev"
+
+
+def save_standardisers(standardisers: dict[str, Any], encodings: dict[str, list], trained_here: dict[str, str],
+                       folder: str, prompt: str) -> None:
+    """Each model's HS and RW statistics (the study's own, read from texts outside the test units;
+    over every encoded text where it had none) and the prompt they were encoded with, for
+    ``iclr-ray serve embed`` to embed single requests as the study embeds a corpus: beside a model
+    trained here (where the embedding app finds them), and in the run's artefacts for every
     model. ``folder`` and the models' folders are locations (paths or URIs); each file is written whole."""
     import io
 
     from .moee import STANDARDISE_FILE, Standardiser
 
     for m, encs in encodings.items():
-        stats = Standardiser.fit(np.vstack([e["hs"] for e in encs]), np.vstack([e["rw"] for e in encs])).arrays()
+        std = (standardisers.get(m) or {}).get("trained") or Standardiser.fit(np.vstack([e["hs"] for e in encs]),
+                                                                             np.vstack([e["rw"] for e in encs]))
+        stats = std.arrays()
         targets = [storage.join(folder, f"{m.replace('/', '_')}_{STANDARDISE_FILE}")]
         if m in trained_here:
             targets.append(storage.join(trained_here[m], STANDARDISE_FILE))
@@ -259,12 +307,33 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     ctx.say("encoding: %d models x %d tasks%s ...", len(sources), len(tasks), " + the reference" if ref_refs else "")
     ctx.wait_all(flat, "encodings")
     encodings = {m: ray.get(refs) for m, refs in enc_refs.items()}  # fetched once: statistics, dims, sweep
-    save_standardisers(encodings, {m: src for m, src in sources.items() if not cfg.models},
+    dev = {t.name: t.dev_units(cfg.eval.dev_fraction, cfg.data.split_seed) for t in tasks}
+    fit_rows = [t.fit_texts(dev[t.name]) for t in tasks]
+    standardisers = {m: fit_standardisers(encs, fit_rows) for m, encs in encodings.items()}
+    ctx.say("dev split: %s units; z-scoring statistics from %d texts no test unit reads",
+            ", ".join(f"{t.name} {len(dev[t.name])}/{t.units()}" for t in tasks), sum(len(r) for r in fit_rows))
+    save_standardisers(standardisers, encodings, {m: src for m, src in sources.items() if not cfg.models},
                        storage.join(root, "artefacts"), e.prompt)
 
-    # 3. scoring: one task per model x task
+    # 3. the alpha sweep (Tune, one trial per alpha): alpha chosen on the dev units
+    ctx.say("alpha sweep: %s ...", cfg.eval.alphas)
+    enc_all = ray.put(encodings)
+    trials = run_grid(alpha_trial, [{"label": f"alpha={a:g}", "alpha": a} for a in cfg.eval.alphas],
+                      storage=storage.join(root, "tune"), name="alpha", max_concurrent_trials=cfg.max_concurrent_trials,
+                      tasks_box=[ray.put(tasks)], enc_box=[enc_all], std_box=[ray.put(standardisers)],
+                      dev={k: v.tolist() for k, v in dev.items()})
+    sweep = {"alphas": list(cfg.eval.alphas),
+             "per_task": {t.name: [tr.final["per_task"][t.name] for tr in trials] for t in tasks},
+             "per_task_dev": {t.name: [tr.final["per_task_dev"][t.name] for tr in trials] for t in tasks
+                              if len(dev[t.name])},
+             "dev_mean": [tr.final["scores"]["dev_mean"] for tr in trials]}
+    alpha, how = choose_alpha(sweep["alphas"], sweep["dev_mean"], cfg.eval.alpha)
+    ctx.say("alpha = %g (%s)", alpha, how)
+
+    # 4. scoring: one task per model x task
     task_refs = [ray.put(t) for t in tasks]
-    score_refs = {m: [score_task.remote(task_refs[i], enc_refs[m][i], cfg.eval.alpha) for i in range(len(tasks))]
+    std_refs = {m: ray.put(s) for m, s in standardisers.items()}
+    score_refs = {m: [score_task.remote(task_refs[i], enc_refs[m][i], alpha, std_refs[m]) for i in range(len(tasks))]
                   for m in sources}
     refscore_refs = [score_reference.remote(task_refs[i], ref_refs[i]) for i in range(len(tasks))] if ref_refs else []
     ctx.wait_all([r for refs in score_refs.values() for r in refs] + refscore_refs, "scores")
@@ -274,21 +343,15 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     dims = {"hs": int(first[0]["hs"].shape[1]), "rw": int(first[0]["rw"].shape[1]),
             "rw_kind": {m: f["rw_kind"] for m, f in zip(sources, first)}}
 
-    # 4. the alpha sweep (Tune, one trial per alpha)
-    ctx.say("alpha sweep: %s ...", cfg.eval.alphas)
-    enc_all = ray.put(encodings)
-    trials = run_grid(alpha_trial, [{"label": f"alpha={a:g}", "alpha": a} for a in cfg.eval.alphas],
-                      storage=storage.join(root, "tune"), name="alpha", max_concurrent_trials=cfg.max_concurrent_trials,
-                      tasks_box=[ray.put(tasks)], enc_box=[enc_all])
-    sweep = {"alphas": list(cfg.eval.alphas),
-             "per_task": {t.name: [tr.final["per_task"][t.name] for tr in trials] for t in tasks}}
 
     for t in tasks:
         for m in sources:
             ctx.log(stage="score", task=t.name, model=m,
                     **{v: task_score(t.kind, scores[t.name][m][v], t.target) for v in VIEWS_SCORED})
     return {"source": inputs.source, "models": list(sources), "sources": sources, "prompt": e.prompt,
-            "alpha": cfg.eval.alpha, "dims": dims, "tasks": [_task_record(t) for t in tasks], "scores": scores,
+            "alpha": alpha, "alpha_chosen": how, "dev": {k: v.tolist() for k, v in dev.items()},
+            "standardised_on": "fit texts" if all(s is not None for s in standardisers.values()) else "each task",
+            "dims": dims, "tasks": [_task_record(t) for t in tasks], "scores": scores,
             "reference": reference, "sweep": sweep, "pretrain": pretrain}
 
 
