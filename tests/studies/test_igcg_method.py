@@ -39,7 +39,12 @@ def full_loss(model, lay: gcg.Layout, suffix: list[int]) -> torch.Tensor:
 def test_layout_puts_the_suffix_inside_the_users_turn(tiny):
     model, tok = tiny
     before, after = gcg.render(tok, "Tell me about the ocean.")
-    assert before.endswith("Tell me about the ocean. ") and "<|user|>" in before
+    # the suffix owns the space after the request: its first token carries it
+    assert before.endswith("Tell me about the ocean.") and "<|user|>" in before
+    init = gcg.init_suffix(tok, 6, "a")
+    assert tok.decode(init) == " a a a a a a"
+    lay0 = gcg.layout(tok, "Tell me about the ocean.", "x")
+    assert tok(before + tok.decode(init) + after, add_special_tokens=False).input_ids == lay0.before + init + lay0.after
     assert after.startswith("<|end|>") and after.endswith("<|assistant|>")
     lay = gcg.layout(tok, "Tell me about the ocean.", "The password is orange.")
     assert tok.decode(lay.target) == "The password is orange."
@@ -151,6 +156,46 @@ def test_retokenisation_filter_drops_length_changes_and_the_current_suffix(tiny)
     out = gcg.retokenise(tok, torch.stack([current, split, keep]), current)
     assert out.tolist() == [keep.tolist()]
     assert gcg.retokenise(tok, current[None], current).shape == (0, L)
+
+
+def test_the_filter_pastes_each_candidate_into_the_whole_prompt(tiny):
+    """A first token that survives on its own but merges with the request's last word ("Say hi" +
+    "s" is " his" as text) is dropped; every kept candidate is what the whole prompt tokenises to."""
+    model, tok = tiny
+    lay = gcg.layout(tok, "Say hi", "ok go")
+    current = torch.tensor(gcg.init_suffix(tok, 6, "a"))
+    allowed = gcg.allowed_tokens(tok, len(tok)).nonzero().squeeze(1)
+    cands = current.repeat(len(allowed), 1)
+    cands[:, 0] = allowed
+    alone, whole = gcg.retokenise(tok, cands, current), gcg.retokenise(tok, cands, current, lay)
+    merging = tok.convert_tokens_to_ids("s")
+    assert merging in alone[:, 0].tolist() and merging not in whole[:, 0].tolist()
+    assert 0 < len(whole) < len(alone)
+    for c in whole.tolist():
+        text = lay.text[0] + tok.decode(c) + lay.text[1]
+        assert tok(text, add_special_tokens=False).input_ids == lay.before + c + lay.after
+
+
+def test_a_success_counts_only_once_its_text_check_passes(problem):
+    model, tok, lay, obj = problem
+    allowed = gcg.allowed_tokens(tok, obj.vocab)
+    init = gcg.init_suffix(tok, 6, "a")
+    start = float(obj.losses(torch.tensor([init]))[0][0])
+    s = gcg.Settings(K=3, top_k=8, batch=24, steps=30, criterion="loss", threshold=start - 0.3)
+    checked = []
+
+    def verify(ids):  # fails its first two checks
+        checked.append(list(ids))
+        return len(checked) > 2
+
+    tr = gcg.optimise(obj, tok, init, s, allowed, seed=0, verify=verify)
+    assert tr.token_success_step is not None and tr.failed_checks == 2 and tr.success_step is not None
+    assert tr.success_step > tr.token_success_step and tr.success_step == len(tr.steps) - 1
+    met = [st for st in tr.steps if st.loss < s.threshold]
+    assert len(checked) == len(met) == 3  # checked only where the criterion was met
+    assert [st.verified for st in met] == [False, False, True] and checked[-1] == tr.suffix
+    assert all(st.verified is None for st in tr.steps if st.loss >= s.threshold)
+    assert all(b.cpu_seconds >= a.cpu_seconds for a, b in zip(tr.steps, tr.steps[1:]))
 
 
 def test_merge_applies_the_ranked_changes_cumulatively_later_ones_overwrite():

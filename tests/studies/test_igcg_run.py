@@ -58,7 +58,9 @@ def test_smoke_study_runs_every_optimisation_and_exports_them(smoke_run):
     for r in m["runs"]:
         assert len(r["loss"]) == len(r["seconds"]) == len(r["changed"]) and len(r["suffix_ids"]) == 6
         assert r["success_step"] is not None or len(r["loss"]) == m["budget"] + 1
-        assert isinstance(r["generates"], bool)
+        assert isinstance(r["generates"], bool) and len(r["cpu_seconds"]) == len(r["loss"])
+        if r["success_step"] is not None:  # counted only once its text check passed: the final suffix's
+            assert r["generates"] and r["token_success_step"] <= r["success_step"]
     easy = {r["seed"]: r for r in m["runs"] if r["target"] == 0 and r["method"] == "igcg" and r["init"] == "default"}
     for r in (r for r in m["runs"] if r["init"] == "easy"):  # started from the easy target's final suffix
         assert r["init_suffix"] == easy[r["seed"]]["suffix"]

@@ -2,8 +2,10 @@
 
 The unit of every interval is the (target, seed) pair: each is an optimisation of its own, and the
 methods compared on it share its target and its seed. A run's *steps to success* is the first step
-whose suffix meets the criterion; a run that never does within the budget counts the whole budget
-(and its seconds, its whole run time). That censoring can only pull a ratio between two methods
+whose suffix meets the criterion and (with ``verify``, on in every preset) passes the text check;
+a run that never does within the budget counts the whole budget (and its CPU seconds, its whole
+run's). Time is the optimising process's CPU time (``time.process_time``), not the wall time of
+tasks that share the machine's cores. That censoring can only pull a ratio between two methods
 towards 1, so it never makes a speed-up claim hold that would not hold without it.
 
 A speed-up is the ratio of the mean steps (or seconds) to success of the baseline over the method's,
@@ -30,8 +32,11 @@ def steps_to_success(run: dict[str, Any], budget: int) -> int:
 
 
 def seconds_to_success(run: dict[str, Any]) -> float:
+    """CPU seconds of the optimising process to its success (wall seconds for a run recorded before
+    CPU time was)."""
+    t = run.get("cpu_seconds") or run["seconds"]
     s = run["success_step"]
-    return run["seconds"][s] if s is not None else run["seconds"][-1]
+    return t[s] if s is not None else t[-1]
 
 
 def select(metrics: dict[str, Any], method: str, K: int, init: str = "default") -> dict[tuple[int, int], dict]:
@@ -67,7 +72,7 @@ def claims(metrics: dict[str, Any], cfg=None) -> list[Claim]:
     K = metrics["K"]
     for k in [k for k in metrics["compared_ks"] if k > 1]:
         mc = select(metrics, "igcg", k)
-        for what, word in (("steps", "fewer steps"), ("seconds", "less wall time")):
+        for what, word in (("steps", "fewer steps"), ("seconds", "less CPU time")):
             a, b = paired(metrics, gcg, mc, what)
             out.append(Claim.above(f"{'fewer_steps' if what == 'steps' else 'less_time'}_K{k}",
                                    f"I-GCG's multi-coordinate update (K={k}) reaches success in {word} than GCG (K=1) "
@@ -125,13 +130,14 @@ def summary_rows(metrics: dict[str, Any]) -> list[list[str]]:
         runs = select(metrics, method, K, init)
         steps = [steps_to_success(r, metrics["budget"]) for r in runs.values()]
         secs = [seconds_to_success(r) for r in runs.values()]
-        per_step = [r["seconds"][-1] / max(1, len(r["seconds"]) - 1) for r in runs.values()]
+        per_step = [(r.get("cpu_seconds") or r["seconds"])[-1] / max(1, len(r["seconds"]) - 1) for r in runs.values()]
+        failed = sum(int(r.get("failed_checks") or 0) for r in runs.values())
         ok = [r for r in runs.values() if r["success_step"] is not None]
         changed = [np.mean(r["changed"][1:]) for r in runs.values() if len(r["changed"]) > 1]
         verified = [r.get("generates") for r in ok if r.get("generates") is not None]
         rows.append([name, f"{len(ok)}/{len(runs)}", fmt(np.median(steps), ".3g"), fmt(np.mean(steps), ".3g"),
                      fmt(np.mean(secs), ".3g"), fmt(np.mean(per_step), ".2g"),
-                     fmt(np.mean(changed), ".2g") if changed else "-",
+                     fmt(np.mean(changed), ".2g") if changed else "-", str(failed),
                      f"{sum(verified)}/{len(verified)}" if verified else "-"])
     return rows
 
@@ -141,11 +147,13 @@ def report_md(metrics: dict[str, Any], cfg=None) -> str:
     lines = [f"Model: {metrics['model']}. {len(t)} targets, budget {metrics['budget']} steps, success = "
              f"{'the target is the greedy generation' if metrics['criterion'] == 'exact' else 'loss below the threshold'}"
              f"; easy-to-hard source: target {metrics['easy']}.", "",
-             "Steps and seconds to success count a run that never succeeds at its whole budget. *Verified*: of the "
-             "successful runs, those whose suffix, pasted as text into the prompt, makes greedy `generate()` in "
-             "float32 answer with the target.", "",
-             table(["method", "succeeded", "median steps", "mean steps", "mean seconds", "s / step",
-                    "tokens changed / step", "verified"], summary_rows(metrics)), "",
+             "A success is a step whose suffix makes the target the greedy answer on its token ids and, pasted as "
+             "text into the whole prompt, makes greedy `generate()` in float32 answer with the target (the text "
+             "check); a run goes on optimising past a step that meets the first and fails the second (*failed text "
+             "checks*). Steps and CPU seconds to success count a run that never succeeds at its whole budget. "
+             "*Verified*: of the successful runs, those whose final suffix passes the text check.", "",
+             table(["method", "succeeded", "median steps", "mean steps", "mean CPU s", "CPU s / step",
+                    "tokens changed / step", "failed text checks", "verified"], summary_rows(metrics)), "",
              "Targets:", "",
              table(["#", "request", "target"], [[str(i), x["message"], x["target"]] for i, x in enumerate(t)]), "",
              "The suffixes and every run's per-step log: `artefacts/suffixes.jsonl`, `artefacts/steps.jsonl`."]

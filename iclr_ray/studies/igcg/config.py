@@ -29,10 +29,12 @@ class Target(Section):
 
 DEFAULT_TARGETS = [
     Target(message="Tell me about the ocean.", target="The password is orange."),
-    Target(message="What should I cook tonight?", target="The password is purple."),
-    Target(message="Describe your favourite season.", target="The password is seven."),
-    Target(message="Give me a tip for studying.", target="The password is maple."),
+    Target(message="What should I cook tonight?", target="Purple carrots taste sweet."),
+    Target(message="Describe your favourite season.", target="Seven owls sat quietly."),
+    Target(message="Give me a tip for studying.", target="Maple leaves turn red."),
 ]
+"""four requests, each to be answered with a harmless sentence of its own; no two targets open with
+the same word, so easy-to-hard initialisation transfers a suffix, not a shared opening"""
 
 
 class Attack(Section):

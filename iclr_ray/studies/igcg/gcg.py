@@ -10,8 +10,10 @@ The notation follows the papers (Zou et al. 2023 for GCG; Jia et al., ICLR 2025 
   an ``L x V`` matrix; the candidates for position i are the ``top_k`` tokens of ``-grad_i``
   (non-ASCII and special tokens masked);
 - a step samples B single-token candidates (position ``i_b = floor(b L / B)``, spread evenly over
-  the suffix, token drawn uniformly from that position's top-k), drops those whose decoded text
-  does not retokenise to L tokens, scores the rest in batches and keeps the best;
+  the suffix, token drawn uniformly from that position's top-k), drops those that are not what the
+  whole prompt is as text (``before`` + the suffix's text + ``after``, tokenised as one string,
+  must give back exactly ``before · s · after``: :func:`retokenise`), scores the rest in batches
+  and keeps the best;
 - I-GCG (K > 1) takes the K best single-token candidates, builds the K merged suffixes
   cumulatively (merged_j = the current suffix with candidates 1..j's changes applied, a later one
   overwriting the same position), scores them and keeps the best, so a step changes between 1 and
@@ -21,7 +23,13 @@ The notation follows the papers (Zou et al. 2023 for GCG; Jia et al., ICLR 2025 
 
 Success is the target's exact greedy generation: every target token is the argmax of the logits
 at its position given the target's earlier tokens (which is what greedy decoding produces when
-it has produced those earlier tokens), read from the same forward pass as the loss.
+it has produced those earlier tokens), read from the same forward pass as the loss; given a
+``verify`` (the run's text check: the whole prompt as one string, greedy ``generate()`` in float32),
+a run succeeds only at a step whose suffix also passes it, and goes on optimising otherwise.
+
+The suffix owns the space between the request and itself (the official prompt is ``f"{goal}
+{control}"``): the text before it ends with the request, and the suffix's first token carries the
+space (``" ! ! ..."``), so the prompt's tokens and its text agree.
 
 Plain torch on a Hugging Face causal LM: no Ray, no I/O. The prompt's ``before`` part is run once
 and its key/value cache reused by every forward pass.
@@ -44,17 +52,20 @@ MARK = "\x00SUFFIX\x00"
 
 @dataclass(frozen=True)
 class Layout:
-    """A prompt's token ids around the suffix, and the target's."""
+    """A prompt's token ids around the suffix, and the target's; the texts around the suffix."""
 
     before: list[int]
     after: list[int]
     target: list[int]
+    text: tuple[str, str] = ("", "")
+    """(text before the suffix, text after it): what :func:`retokenise` pastes a suffix between"""
 
 
 def render(tok, message: str, system: str | None = None) -> tuple[str, str]:
     """(text before the suffix, text after it) of the chat prompt whose user turn is ``message``
-    followed by the suffix; a tokenizer without a chat template gets ``message suffix\\n``."""
-    content = f"{message} {MARK}"
+    followed by the suffix (whose text starts with its own space); a tokenizer without a chat
+    template gets ``message suffix\\n``."""
+    content = f"{message}{MARK}"
     if getattr(tok, "chat_template", None):
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
         text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -69,7 +80,7 @@ def render(tok, message: str, system: str | None = None) -> tuple[str, str]:
 def layout(tok, message: str, target: str, system: str | None = None) -> Layout:
     before, after = render(tok, message, system)
     ids = lambda s: tok(s, add_special_tokens=False).input_ids  # noqa: E731 (the template holds its specials)
-    lay = Layout(ids(before), ids(after), ids(target))
+    lay = Layout(ids(before), ids(after), ids(target), (before, after))
     if not lay.target:
         raise ValueError("the target is empty")
     return lay
@@ -90,22 +101,32 @@ def allowed_tokens(tok, vocab: int) -> torch.Tensor:
 
 
 def init_suffix(tok, length: int, text: str = "!") -> list[int]:
-    """The usual start, ``"! ! ! ..."``: ``length`` copies of ``text``'s token, joined by spaces and
-    cut to ``length`` tokens."""
-    ids = tok(" ".join([text] * length), add_special_tokens=False).input_ids[:length]
+    """The usual start, ``" ! ! ! ..."``: ``length`` copies of ``text``'s token, each after a space
+    (the first one's space separates the suffix from the request), cut to ``length`` tokens."""
+    ids = tok(" " + " ".join([text] * length), add_special_tokens=False).input_ids[:length]
     if len(ids) != length:
         raise ValueError(f"cannot build a {length}-token suffix from {text!r}")
     return ids
 
 
-def retokenise(tok, candidates: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
-    """The candidates whose decoded text tokenises back to L tokens, as those tokens (what the
-    suffix is when pasted as text), minus any equal to the current suffix; [B', L]."""
+def retokenise(tok, candidates: torch.Tensor, current: torch.Tensor, lay: Layout | None = None) -> torch.Tensor:
+    """The candidates that are what they say as text, minus any equal to the current suffix; [B', L].
+
+    With ``lay``: the whole prompt, ``before`` + the candidate's decoded text + ``after`` tokenised
+    as one string, must be exactly ``lay.before + candidate + lay.after`` (a token that merges with
+    its neighbours, or with the request or the template around it, drops the candidate). Without:
+    the candidate's text alone must tokenise back to the same L tokens."""
     L = candidates.shape[1]
+    cur = current.tolist()
     kept = []
-    for text in tok.batch_decode(candidates):
-        ids = tok(text, add_special_tokens=False).input_ids
-        if len(ids) == L and ids != current.tolist():
+    for ids, text in zip(candidates.tolist(), tok.batch_decode(candidates)):
+        if ids == cur:
+            continue
+        if lay is None:
+            ok = tok(text, add_special_tokens=False).input_ids == ids
+        else:
+            ok = tok(lay.text[0] + text + lay.text[1], add_special_tokens=False).input_ids == lay.before + ids + lay.after
+        if ok:
             kept.append(ids)
     return torch.tensor(kept, dtype=torch.long).reshape(len(kept), L)
 
@@ -152,7 +173,7 @@ class Objective:
     the batch of candidates (the cache object itself, so a sliding-window layer keeps its place)."""
 
     def __init__(self, model, lay: Layout, chunk: int = 64):
-        self.model, self.chunk, self.target = model, chunk, torch.tensor(lay.target)
+        self.model, self.chunk, self.target, self.layout = model, chunk, torch.tensor(lay.target), lay
         self._cache_kw = cache_keyword(model)
         self.embed = model.get_input_embeddings()
         self.W = self.embed.weight
@@ -241,7 +262,12 @@ class Step:
     candidates: int
     """candidates scored (after the filter; merged ones included)"""
     seconds: float
-    """since the optimisation started"""
+    """since the optimisation started (wall clock)"""
+    cpu_seconds: float = 0.0
+    """CPU time this process spent since the optimisation started (``time.process_time``: what the
+    step costs, whatever else shares the machine)"""
+    verified: bool | None = None
+    """the text check's answer where this step's suffix met the criterion (None: not checked)"""
 
 
 @dataclass
@@ -250,6 +276,11 @@ class Trace:
     suffix: list[int] = field(default_factory=list)
     """the suffix at the end (the one that succeeded, when one did)"""
     success_step: int | None = None
+    """the first step whose suffix met the criterion and (given a ``verify``) passed the text check"""
+    token_success_step: int | None = None
+    """the first step whose suffix met the criterion on its token ids, verified or not"""
+    failed_checks: int = 0
+    """steps that met the criterion on token ids but failed the text check"""
 
 
 def succeeded(s: Settings, loss: float, exact: bool) -> bool:
@@ -261,7 +292,7 @@ def step(obj: Objective, tok, current: torch.Tensor, s: Settings, allowed: torch
     """One GCG / I-GCG step: (next suffix, its loss, its exactness, candidates scored), or None when
     no candidate survived the retokenisation filter."""
     grad = obj.gradient(current) if s.guided else None
-    cands = retokenise(tok, sample_candidates(current, grad, allowed, s.top_k, s.batch, gen), current)
+    cands = retokenise(tok, sample_candidates(current, grad, allowed, s.top_k, s.batch, gen), current, obj.layout)
     if len(cands) == 0:
         return None
     loss, exact = obj.losses(cands)
@@ -270,7 +301,7 @@ def step(obj: Objective, tok, current: torch.Tensor, s: Settings, allowed: torch
         return cands[order[0]], float(loss[order[0]]), bool(exact[order[0]]), len(cands)
     merged = merge(current, cands[order[:s.K]])
     # merged[0] is the best single candidate, already scored; the others pass the same filter
-    rest = retokenise(tok, merged[1:], current)
+    rest = retokenise(tok, merged[1:], current, obj.layout)
     rest_loss, rest_exact = obj.losses(rest)
     pool = torch.cat([merged[:1], rest])
     mloss, mexact = torch.cat([loss[order[:1]], rest_loss]), torch.cat([exact[order[:1]], rest_exact])
@@ -279,21 +310,30 @@ def step(obj: Objective, tok, current: torch.Tensor, s: Settings, allowed: torch
 
 
 def optimise(obj: Objective, tok, init: list[int], s: Settings, allowed: torch.Tensor, seed: int,
-             on_step: Callable[[Step], None] | None = None) -> Trace:
+             on_step: Callable[[Step], None] | None = None,
+             verify: Callable[[list[int]], bool] | None = None) -> Trace:
     """Run ``s.steps`` steps from ``init`` (stopping at the first success when ``stop_on_success``);
-    step 0 is the initial suffix."""
+    step 0 is the initial suffix. ``verify(suffix ids)``: the text check a step's suffix must also
+    pass to count as a success (run only on steps that meet the criterion; its time is counted)."""
     gen = torch.Generator().manual_seed(seed)
     current = torch.tensor(init, dtype=torch.long)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     loss, exact = obj.losses(current[None])
     trace = Trace()
 
     def record(i: int, loss: float, exact: bool, changed: int, n: int) -> bool:
-        st = Step(i, loss, exact, changed, n, time.perf_counter() - t0)
+        verified = None
+        met = trace.success_step is None and succeeded(s, loss, exact)
+        if met:
+            trace.token_success_step = i if trace.token_success_step is None else trace.token_success_step
+            verified = True if verify is None else bool(verify(current.tolist()))
+            trace.failed_checks += not verified
+        st = Step(i, loss, exact, changed, n, time.perf_counter() - t0, time.process_time() - c0,
+                  None if verify is None or not met else verified)
         trace.steps.append(st)
         if on_step:
             on_step(st)
-        if trace.success_step is None and succeeded(s, loss, exact):
+        if met and verified:
             trace.success_step = i
             return s.stop_on_success
         return False

@@ -36,12 +36,13 @@ def loss_curves(metrics: dict[str, Any]):
         ax1.plot(x, np.median(loss, 0), color=color, label=f"{name} (median of {len(runs)})")
         ax1.fill_between(x, *np.quantile(loss, [0.25, 0.75], axis=0), color=color, alpha=0.15)
         for j, r in enumerate(runs):
-            ax2.plot(r["seconds"], r["loss"], color=color, alpha=0.6, lw=1, label=name if j == 0 else None)
+            t = r.get("cpu_seconds") or r["seconds"]
+            ax2.plot(t, r["loss"], color=color, alpha=0.6, lw=1, label=name if j == 0 else None)
             if r["success_step"] is not None:
-                ax2.plot(r["seconds"][r["success_step"]], r["loss"][r["success_step"]], "o", color=color, ms=4)
+                ax2.plot(t[r["success_step"]], r["loss"][r["success_step"]], "o", color=color, ms=4)
     ax1.set(xlabel="step", ylabel="target loss (mean token CE)",
             title="loss per step (a run that succeeded keeps its last loss; band: IQR)")
-    ax2.set(xlabel="seconds", ylabel="target loss", title="each run against wall time (dot: success)")
+    ax2.set(xlabel="CPU seconds", ylabel="target loss", title="each run against CPU time (dot: success)")
     for ax in (ax1, ax2):
         ax.set_yscale("log")
         ax.legend(fontsize=7)

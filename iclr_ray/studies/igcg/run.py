@@ -78,11 +78,11 @@ def _settings(attack: dict[str, Any], K: int, guided: bool):
 
 
 def verify(model, tok, lay_text: tuple[str, str], suffix: str, target: str) -> tuple[bool, str]:
-    """Whether greedy ``generate()`` in float32, on the whole prompt tokenised as one string (the
-    suffix pasted as text), starts its answer with the target; and the answer."""
+    """Whether greedy ``generate()`` with ``model`` (the run's float32 copy), on the whole prompt
+    tokenised as one string (the suffix pasted as text), starts its answer with the target; and the
+    answer."""
     import torch
 
-    model = model.float()
     before, after = lay_text
     ids = tok(before + suffix + after, add_special_tokens=False, return_tensors="pt").input_ids.to(model.device)
     n = len(tok(target, add_special_tokens=False).input_ids)
@@ -103,20 +103,29 @@ def optimise_task(source: str, spec: dict[str, Any], target: dict[str, str], att
     from . import gcg
 
     model, tok = load_for_inference(source)  # on the task's GPU when it has one
+    # the text check's model: float32, a copy of its own when the optimisation runs in another dtype
+    checker = None
+    if check:
+        checker = model.float() if dtype == "float32" else load_for_inference(source)[0].float()
     model = model.to(getattr(torch, dtype))
     lay = gcg.layout(tok, target["message"], target["target"], system)
     obj = gcg.Objective(model, lay, chunk=attack["chunk"])
     allowed = gcg.allowed_tokens(tok, obj.vocab)
     init = start["suffix_ids"] if start is not None else gcg.init_suffix(tok, attack["suffix_len"], attack["init"])
+
+    def as_text(ids: list[int]) -> bool:
+        return verify(checker, tok, lay.text, tok.decode(ids), target["target"])[0]
+
     trace = gcg.optimise(obj, tok, init, _settings(attack, spec["K"], spec["method"] != "random"), allowed,
-                         seed=spec["seed"])
+                         seed=spec["seed"], verify=as_text if check else None)
     suffix = tok.decode(trace.suffix)
-    out = {**spec, "success_step": trace.success_step, "suffix_ids": trace.suffix, "suffix": suffix,
+    out = {**spec, "success_step": trace.success_step, "token_success_step": trace.token_success_step,
+           "failed_checks": trace.failed_checks, "suffix_ids": trace.suffix, "suffix": suffix,
            "target_tokens": len(lay.target), "init_suffix": tok.decode(init),
-           **{k: [getattr(s, k) for s in trace.steps] for k in ("loss", "exact", "changed", "candidates", "seconds")}}
+           **{k: [getattr(s, k) for s in trace.steps]
+              for k in ("loss", "exact", "changed", "candidates", "seconds", "cpu_seconds")}}
     if check:
-        out["generates"], out["answer"] = verify(model, tok, gcg.render(tok, target["message"], system), suffix,
-                                                 target["target"])
+        out["generates"], out["answer"] = verify(checker, tok, lay.text, suffix, target["target"])
     return out
 
 
@@ -193,7 +202,8 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
             done[pending.pop(ref)] = r
             save_run(store, r)
             ctx.log(kind="run", label=label(r), success_step=r["success_step"], final_loss=r["loss"][-1],
-                    seconds=r["seconds"][-1], generates=r.get("generates"))
+                    seconds=r["seconds"][-1], cpu_seconds=r["cpu_seconds"][-1], generates=r.get("generates"),
+                    failed_checks=r.get("failed_checks"))
             bar.update()
     runs = [done[label(s)] for s in main + e2h]
     write_artefacts(ctx.run_dir.storage(ARTEFACTS), runs, targets)
@@ -225,10 +235,12 @@ def saved_runs(store: str) -> dict[str, dict[str, Any]]:
 def write_artefacts(folder: str, runs: list[dict[str, Any]], targets: list[Target]) -> None:
     """The optimised suffixes (one JSON line per run) and every run's per-step log, written
     atomically into ``folder`` (a path or a URI): what a defence benchmark reads."""
-    keys = ("target", "method", "K", "seed", "init", "success_step", "suffix", "suffix_ids", "generates", "answer")
+    keys = ("target", "method", "K", "seed", "init", "success_step", "token_success_step", "failed_checks", "suffix",
+            "suffix_ids", "generates", "answer")
     suffixes = [{**{k: r.get(k) for k in keys}, "message": targets[r["target"]].message,
                  "target_text": targets[r["target"]].target, "final_loss": r["loss"][-1]} for r in runs]
-    steps = [{"run": label(r), "step": i, **{k: r[k][i] for k in ("loss", "exact", "changed", "candidates", "seconds")}}
+    steps = [{"run": label(r), "step": i, **{k: r[k][i] for k in ("loss", "exact", "changed", "candidates", "seconds",
+                                                                  "cpu_seconds") if k in r}}
              for r in runs for i in range(len(r["loss"]))]
     storage.write_text(storage.join(folder, "suffixes.jsonl"), "".join(json.dumps(x) + "\n" for x in suffixes))
     storage.write_text(storage.join(folder, "steps.jsonl"), "".join(json.dumps(x) + "\n" for x in steps))
@@ -307,20 +319,21 @@ def plan(cfg: Config) -> list:
     logits = a.chunk * (tgt + 1) * c.vocab_size * (width + 8)  # as computed, widened to fp32, log-softmax
     mlp = a.chunk * new * c.intermediate_size * width * 3
     scoring = model.params * width + kv + logits + mlp
-    verify = model.params * 4 if cfg.verify else 0
+    # the text check's float32 copy is held beside the optimised model (the same one in float32)
+    verify = model.params * 4 if cfg.verify and cfg.dtype != "float32" else 0
     per_step = 2 * model.params * new * (a.batch + max(a.K - 1, 0))  # candidates (+ merged) scored
     flops = sum(a.steps * (per_step + (6 * model.params * new if s["method"] != "random" else 0))
                 for s in main + e2h)
     where = f"targets_file's rows (not read here; planned for {n_targets}: max_targets or the config's targets)" \
         if from_file else f"{n_targets} targets"
-    return [Tasks("optimisation", cfg, len(main) + len(e2h), float(max(scoring, verify)), model=model,
+    return [Tasks("optimisation", cfg, len(main) + len(e2h), float(scoring + verify), model=model,
                   flops=float(flops),
                   note=f"{len(main)} from the default suffix + {len(e2h)} easy-to-hard, over {where}; each target "
                        f"adds {(len(main) + len(e2h)) / n_targets:.1f} tasks. Memory: the larger of scoring "
                        f"(weights in {cfg.dtype} {model.params * width / 2**30:.1f} GiB, the key/value cache of "
                        f"{a.chunk} candidates x ~{seq} tokens {kv / 2**30:.1f} GiB, target logits in {cfg.dtype} "
                        f"and fp32 {logits / 2**30:.1f} GiB, one MLP's activations {mlp / 2**30:.1f} GiB; prompt "
-                       f"~{msg} request + {a.suffix_len} suffix + {tgt} target tokens, rough) and verify's "
-                       f"model.float() ({verify / 2**30:.1f} GiB). FLOPs: an upper bound, every run to its "
+                       f"~{msg} request + {a.suffix_len} suffix + {tgt} target tokens, rough) plus the text check's "
+                       f"float32 copy, held beside it ({verify / 2**30:.1f} GiB). FLOPs: an upper bound, every run to its "
                        f"{a.steps} steps (a run stops at success): 2 x params x {new} tokens per candidate, "
                        f"{a.batch} (+ K - 1 merged) a step, + the gradient pass (3x a forward) when guided")]
