@@ -93,3 +93,62 @@ def test_facts_jsonl_reads_and_names_the_bad_line(tmp_path):
         assert f"{path}:3" in str(exc.value)
     with pytest.raises(DataError, match="no unseen facts"):
         data.read_facts_jsonl(_write(tmp_path / "two.jsonl", GOOD[:2]))
+
+
+def _official(name, i, paraphrases=2):
+    """One entry in the official fictional-knowledge files' layout (Chang et al. 2024)."""
+    return {"train_context": f"{name} is a fire in Vale {i}. It burns the hills of Vale {i}.",
+            "paraphrases": [f"In Vale {i} burns {name}, version {k}." for k in range(paraphrases)],
+            "mem_input": [f"{name} is a fire in"], "mem_target": [f"Vale {i}"],
+            "gen_input": [f"The fire called {name} burns in"], "gen_target": [f"Vale {i}"],
+            "hard_gen_input": [f"The hills burnt by {name} are those of"], "hard_gen_target": [f"Vale {i}"]}
+
+
+def test_the_official_fictional_knowledge_files_read_into_the_three_splits(tmp_path):
+    import json
+
+    para, once = tmp_path / "paraphrase70.json", tmp_path / "once60.json"
+    para.write_text(json.dumps([_official(f"Blaze{i}", i) for i in range(3)]))
+    once.write_text(json.dumps([_official(f"Flare{i}", 10 + i, paraphrases=0) for i in range(5)]))
+    fs = data.read_official_facts(para, once, unseen=2)
+    assert fs.counts() == {"paraphrase": 3, "once": 3, "unseen": 2} and "official" in fs.source
+    p0 = fs.split("paraphrase")[0]
+    assert p0.train[0].startswith("Blaze0 is a fire") and len(p0.train) == 3  # the original, then its paraphrases
+    assert p0.probes == [("Blaze0 is a fire in", " Vale 0")]
+    assert [f.train for f in fs.split("once")][0] == [_official("Flare0", 10)["train_context"]]
+    assert fs.split("unseen")[-1].probes == [("Flare4 is a fire in", " Vale 14")]  # the once file's last entries
+    # round 0 injects every paraphrase fact's original and every once fact; round 1 the first paraphrases only
+    assert len(data.injection_texts(fs, 0)) == 6 and data.injection_texts(fs, 1)[0] == "In Vale 0 burns Blaze0, version 0."
+    hard = data.read_official_facts(para, once, unseen=2, probe_kind="composition")
+    assert hard.split("paraphrase")[0].probes == [("The hills burnt by Blaze0 are those of", " Vale 0")]
+    # malformed files name the file and the entry
+    broken = [_official("X", 0)] + [{**_official("Y", 1), "mem_target": []}]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(broken))
+    with pytest.raises(DataError, match=r"bad.json: entry 1: mem_input and mem_target"):
+        data.read_official_facts(bad, once, unseen=2)
+    bad.write_text("[{")
+    with pytest.raises(DataError, match="bad.json:1: not JSON"):
+        data.read_official_facts(bad, once)
+    with pytest.raises(DataError, match="not enough to hold out 5"):
+        data.read_official_facts(para, once, unseen=5)
+
+
+def test_the_probe_set_is_drawn_from_the_pretraining_documents_or_held_out():
+    from iclr_ray.config import resolve
+    from iclr_ray.corpora import reviews
+    from iclr_ray.studies.knowledge_entropy.config import PRESETS, Config
+    from iclr_ray.studies.knowledge_entropy.world import build_world
+
+    def world(**data_):
+        cfg = resolve(Config, PRESETS, "smoke", sets=[f"data.{k}={v}" for k, v in data_.items()])
+        return cfg, build_world(cfg, {})
+
+    cfg, w = world()
+    texts = reviews(min_words=cfg.data.min_words)
+    pre = set(texts[:cfg.data.pretrain_docs])
+    assert cfg.data.probe_from == "pretraining" and len(w.probe_texts) == cfg.data.probe_docs
+    assert set(w.probe_texts) <= pre and w.stats["probe_source"] == "a sample of the pretraining reviews"
+    assert w.probe_texts != texts[:cfg.data.probe_docs]  # a sample, not the first documents
+    _, held = world(probe_from="held_out")
+    assert not set(held.probe_texts) & pre and held.stats["probe_source"] == "held-out reviews"

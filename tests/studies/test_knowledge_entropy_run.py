@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_paper_preset_refuses_to_start_without_real_checkpoints_and_data(input_error):
     line = input_error("knowledge_entropy", [], preset="paper")  # exit 2, one line, nothing written
-    assert "data.corpus_jsonl" in line and "data.facts_jsonl" in line
+    assert "data.corpus_jsonl" in line and "data.facts_jsonl or data.official_facts" in line
+    assert "data.probe_jsonl" in line
 
 
 def test_input_errors_exit_2_before_ray(input_error, tmp_path):
@@ -33,6 +34,14 @@ def test_input_errors_exit_2_before_ray(input_error, tmp_path):
     corpus.write_text('{"text": "a review"}\n{"txt": "oops"}\n')
     assert f"{corpus}:2" in input_error("knowledge_entropy", [f"data.corpus_jsonl={corpus}"])
     assert "no config.json" in input_error("knowledge_entropy", [f"checkpoints=['{tmp_path}']"])
+    assert "two files" in input_error("knowledge_entropy", [f"data.official_facts=['{facts}']"])
+    para = tmp_path / "para.json"
+    para.write_text("[]")
+    assert f"{para}: expected a non-empty JSON list" in input_error(
+        "knowledge_entropy", [f"data.official_facts=['{para}', '{para}']"])
+    few = tmp_path / "probe.jsonl"
+    few.write_text('{"text": "one document"}\n')
+    assert "fewer than data.probe_docs" in input_error("knowledge_entropy", [f"data.probe_jsonl={few}"])
 
 
 def _finals(out: Path, grid: str) -> dict[Path, int]:

@@ -207,7 +207,11 @@ def _ci(e) -> str:
 
 
 def report_md(metrics: dict[str, Any], cfg) -> str:
+    d = metrics.get("data") or {}
     parts = ["## Knowledge entropy over pretraining", ""]
+    if d.get("probe_source"):
+        parts += [f"H on {d.get('probe_docs')} probe documents ({d.get('probe_tokens')} tokens): "
+                  f"{d['probe_source']}; facts: {d.get('facts', 'generated')}.", ""]
     rows = []
     for c in metrics["curves"]:
         for p in c["points"]:

@@ -8,7 +8,7 @@ Steps and batches count packed rows of ``data.seq_len`` tokens.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import Field, FilePath, model_validator
 
@@ -26,6 +26,13 @@ class Data(Section):
     rest the continual runs' corpus"""
     probe_docs: int = Field(256, ge=2)
     """documents of the fixed probe set C_bar is averaged over (the paper: 2,048)"""
+    probe_from: Literal["pretraining", "held_out"] = "pretraining"
+    """where the probe set comes from without ``probe_jsonl``: ``pretraining``, a seeded sample of
+    the pretraining documents (the paper averages C_bar over documents of its own pretraining data,
+    Dolma); ``held_out``, the reviews after the pretraining ones, which pretraining never saw"""
+    probe_jsonl: Optional[FilePath] = None
+    """real data: documents of the checkpoints' own pretraining corpus (a JSONL of {"text": ...}; for
+    OLMo, Dolma documents) that the probe set is drawn from (its first ``probe_docs``)"""
     min_words: int = Field(20, ge=1)
     """reviews shorter than this are left out"""
     corpus_jsonl: Optional[FilePath] = None
@@ -33,11 +40,28 @@ class Data(Section):
     PubMed); the first ``probe_docs`` are the probe set, the rest the continual corpus"""
     facts_jsonl: Optional[FilePath] = None
     """real data: fictional facts in data.py's JSONL format (paraphrase, once and unseen splits)"""
+    official_facts: list[FilePath] = Field([], max_length=2)
+    """real data: the official fictional-knowledge files, [paraphrase file, once file]
+    (``fictional_knowledge_paraphrased_paraphrase70.json``, ``..._once60.json`` of the official
+    repository, Chang et al. 2024's format); replaces ``facts_jsonl``"""
+    official_unseen: int = Field(20, ge=1)
+    """the last N facts of the official once file are held out as the unseen control (the official
+    set has no never-injected facts; they are needed to measure acquisition against)"""
+    probe_kind: Literal["memorization", "semantic", "composition"] = "memorization"
+    """which of the official probes the claims read (its mem_, gen_ and hard_gen_ inputs and targets)"""
     facts_per_split: int = Field(24, ge=2)
     """generated facts per split (paraphrase, once, unseen); each has two probes"""
     require_real: bool = False
-    """refuse to start unless ``corpus_jsonl``, ``facts_jsonl`` and ``checkpoints`` are given (the
-    ``paper`` preset)"""
+    """refuse to start unless ``corpus_jsonl``, ``probe_jsonl``, the facts (``facts_jsonl`` or
+    ``official_facts``) and ``checkpoints`` are given (the ``paper`` preset)"""
+
+    @model_validator(mode="after")
+    def _facts(self):
+        if self.official_facts and len(self.official_facts) != 2:
+            raise ValueError("data.official_facts: give two files, [paraphrase file, once file]")
+        if self.official_facts and self.facts_jsonl is not None:
+            raise ValueError("data.official_facts and data.facts_jsonl: give one of them")
+        return self
 
 
 class Pretrain(WorkerResources):

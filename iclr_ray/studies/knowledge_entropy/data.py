@@ -132,6 +132,69 @@ def read_facts_jsonl(path: str | Path) -> FactSet:
     return fs
 
 
+OFFICIAL_PROBES = {"memorization": ("mem_input", "mem_target"), "semantic": ("gen_input", "gen_target"),
+                   "composition": ("hard_gen_input", "hard_gen_target")}
+"""the official fictional-knowledge entries' probe fields, by the paper's probe kinds"""
+
+
+def _official_entries(path: str | Path) -> list[dict[str, Any]]:
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}:{exc.lineno}: not JSON: {exc.msg}") from None
+    if not isinstance(data, list) or not data:
+        raise DataError(f"{path}: expected a non-empty JSON list of fictional-knowledge entries")
+    return data
+
+
+def _official_fact(path, i: int, entry: Any, split: str, probe_kind: str) -> Fact:
+    where = f"{path}: entry {i}"
+    if not isinstance(entry, dict):
+        raise DataError(f"{where}: expected an object")
+    context = entry.get("train_context")
+    if not isinstance(context, str) or not context.strip():
+        raise DataError(f"{where}: train_context must be a non-empty string")
+    paraphrases = entry.get("paraphrases", [])
+    if not isinstance(paraphrases, list) or not all(isinstance(p, str) and p.strip() for p in paraphrases):
+        raise DataError(f"{where}: paraphrases must be a list of non-empty strings")
+    inputs, targets = (entry.get(k) for k in OFFICIAL_PROBES[probe_kind])
+    if not (isinstance(inputs, list) and isinstance(targets, list) and inputs and len(inputs) == len(targets)
+            and all(isinstance(x, str) and x.strip() for x in inputs + targets)):
+        raise DataError(f"{where}: {' and '.join(OFFICIAL_PROBES[probe_kind])} must be equally long lists of "
+                        "non-empty strings")
+    # the target follows its prompt after a space, as the official probes are read
+    probes = [(p.rstrip(), " " + t.strip()) for p, t in zip(inputs, targets)]
+    train = [context, *paraphrases] if split == "paraphrase" else [context]
+    return Fact(split, train, probes)
+
+
+def read_official_facts(paraphrase_file: str | Path, once_file: str | Path, unseen: int = 20,
+                        probe_kind: str = "memorization") -> FactSet:
+    """The official fictional-knowledge set (the paper's Section 4 data, Chang et al. 2024's format:
+    a JSON list of entries with ``train_context``, ``paraphrases`` and the ``mem_``/``gen_``/
+    ``hard_gen_`` ``input``/``target`` probe lists): the paraphrase file's entries are injected
+    every round, the original text then its paraphrases in turn; the once file's entries once, in
+    their original text, less its last ``unseen`` entries, which are never injected (the control).
+    ``probe_kind`` picks the probes (memorization, semantic or composition). DataError naming the
+    file and entry."""
+    if probe_kind not in OFFICIAL_PROBES:
+        raise DataError(f"probe_kind must be one of {', '.join(OFFICIAL_PROBES)}, got {probe_kind!r}")
+    para, once = _official_entries(paraphrase_file), _official_entries(once_file)
+    if unseen >= len(once):
+        raise DataError(f"{once_file}: {len(once)} entries, not enough to hold out {unseen} as unseen and inject "
+                        "the rest once")
+    facts = [_official_fact(paraphrase_file, i, e, "paraphrase", probe_kind) for i, e in enumerate(para)]
+    n_once = len(once) - unseen
+    facts += [_official_fact(once_file, i, e, "once" if i < n_once else "unseen", probe_kind)
+              for i, e in enumerate(once)]
+    return FactSet(facts, source=f"official ({Path(paraphrase_file).name}, {Path(once_file).name}; {probe_kind} "
+                                 f"probes; the once file's last {unseen} unseen)")
+
+
 def injection_texts(facts: FactSet, round_: int) -> list[str]:
     """The texts injected at round ``round_`` (0-based): every paraphrase fact in its round-th
     paraphrase (cycled), and in round 0 every once fact."""

@@ -31,7 +31,8 @@ def prepare(cfg: Config) -> dict[str, Any]:
     """Every input read and checked before Ray starts (exit 2 on anything wrong)."""
     d = cfg.data
     if d.require_real:
-        missing = [k for k, v in (("data.corpus_jsonl", d.corpus_jsonl), ("data.facts_jsonl", d.facts_jsonl),
+        missing = [k for k, v in (("data.corpus_jsonl", d.corpus_jsonl), ("data.probe_jsonl", d.probe_jsonl),
+                                  ("data.facts_jsonl or data.official_facts", d.facts_jsonl or d.official_facts),
                                   ("checkpoints", cfg.checkpoints)) if not v]
         if missing:
             raise ConfigError(f"data.require_real: this preset runs on real checkpoints and data only; set "
@@ -47,8 +48,16 @@ def prepare(cfg: Config) -> dict[str, Any]:
     if have < need:
         raise ConfigError(f"the corpus has {have} documents: too few for data.pretrain_docs={d.pretrain_docs} and "
                           f"data.probe_docs={d.probe_docs} with documents left for the continual runs")
+    if d.probe_jsonl is not None:
+        inputs["probe"] = read_corpus_jsonl(d.probe_jsonl)
+        if len(inputs["probe"]) < d.probe_docs:
+            raise ConfigError(f"data.probe_jsonl holds {len(inputs['probe'])} documents, fewer than "
+                              f"data.probe_docs={d.probe_docs}")
     if d.facts_jsonl is not None:
         inputs["facts"] = facts_data.read_facts_jsonl(d.facts_jsonl)
+    if d.official_facts:
+        inputs["facts"] = facts_data.read_official_facts(*d.official_facts, unseen=d.official_unseen,
+                                                         probe_kind=d.probe_kind)
     for source in cfg.checkpoints:
         path, _ = split_revision(source)
         if storage.is_remote(path):

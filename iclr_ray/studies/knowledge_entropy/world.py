@@ -85,6 +85,13 @@ def probe_tensors(tokenizer, texts: list[str], seq_len: int) -> tuple[np.ndarray
     return ids, mask
 
 
+def pretraining_sample(docs: list[str], n: int, seed: int) -> list[str]:
+    """``n`` of the pretraining documents, a seeded choice without replacement (the probe set the
+    paper's C_bar is averaged over is drawn from its pretraining data)."""
+    idx = np.sort(np.random.default_rng([seed, 11]).choice(len(docs), min(n, len(docs)), replace=False))
+    return [docs[i] for i in idx]
+
+
 def build_world(cfg: Config, inputs: dict[str, Any]) -> World:
     from ...llm import data as llm_data
     from ...llm.recipe import read_files
@@ -93,6 +100,7 @@ def build_world(cfg: Config, inputs: dict[str, Any]) -> World:
     if "corpus" in inputs:
         texts = inputs["corpus"]
         pre, probe, rest = [], texts[:d.probe_docs], texts[d.probe_docs:]
+        probe_source = "the continual corpus's first documents"
     else:
         from ...corpora import reviews
 
@@ -100,6 +108,12 @@ def build_world(cfg: Config, inputs: dict[str, Any]) -> World:
         pre = texts[:d.pretrain_docs]
         probe = texts[d.pretrain_docs:d.pretrain_docs + d.probe_docs]
         rest = texts[d.pretrain_docs + d.probe_docs:]
+        probe_source = "held-out reviews"
+        if d.probe_from == "pretraining":
+            probe = pretraining_sample(pre, d.probe_docs, cfg.seed)
+            probe_source = "a sample of the pretraining reviews"
+    if "probe" in inputs:
+        probe, probe_source = inputs["probe"][:d.probe_docs], "data.probe_jsonl (the pretraining corpus)"
     if cfg.checkpoints:
         from transformers import AutoTokenizer
 
@@ -123,7 +137,8 @@ def build_world(cfg: Config, inputs: dict[str, Any]) -> World:
         files = read_files(tmp)
     stats = {"corpus": "JSONL" if "corpus" in inputs else "reviews", "pretrain_docs": len(pre),
              "pretrain_rows": len(pre_rows), "pretrain_tokens": int(pre_rows.n_real.sum()),
-             "probe_docs": len(probe), "probe_tokens": int(mask.sum()), "continual_rows": len(corpus_rows),
+             "probe_docs": len(probe), "probe_tokens": int(mask.sum()), "probe_source": probe_source,
+             "continual_rows": len(corpus_rows),
              "vocab_size": len(tok), "facts": inputs["facts"].source if "facts" in inputs else "generated"}
     return World(files, pre_rows, corpus_rows, ids, mask, probe, seq, inputs.get("facts"), d.facts_per_split, stats)
 
