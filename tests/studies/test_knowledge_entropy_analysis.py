@@ -109,3 +109,34 @@ def test_one_seed_is_inconclusive_and_report_and_plots_render():
     figs = plots.plot_all(metrics(PAPER), None)
     assert set(figs) == {"entropy_curve", "entropy_layers", "acquisition_retention", "probe_curves",
                          "resuscitation_grid", "entropy_vs_acquisition"}
+
+
+def _with_losses(m, losses):
+    """Start checkpoints at steps 10, 50, 100 (fractions 0.1, 0.5, 1.0) and pretraining curves whose
+    loss at those steps is ``losses``."""
+    step = {0.1: 10, 0.5: 50, 1.0: 100}
+    for r in m["runs"]:
+        r["step"] = step[r["fraction"]]
+    for c in m["curves"]:  # logged every step, flat between the start checkpoints
+        c["pretrain_loss"] = [{"step": s, "loss": losses[min(f for f, at in step.items() if at >= s)]}
+                              for s in range(1, 101)]
+    return m
+
+
+def test_the_matched_loss_comparison_reads_the_earliest_start_near_the_last_ones_loss():
+    mid = ("plain", 0.5, ("main",), None)
+    # the mid checkpoint is within 10% of the last one's loss, the early one far above it
+    clear = _with_losses(metrics({**PAPER, mid: (0.5, 0.4, 9.3)}), {0.1: 5.4, 0.5: 3.6, 1.0: 3.4})
+    assert analysis.matched_start(clear)[0] == "start=0.5"
+    v = verdicts(clear)
+    assert v["acquisition_decreases_matched_loss"] is True and v["forgetting_increases_matched_loss"] is True
+    claim = next(c for c in analysis.claims(clear, None) if c.id == "acquisition_decreases_matched_loss")
+    assert claim.measured == pytest.approx(0.2, abs=0.03) and "3.6 against 3.4" in claim.note
+    # negative control: at matched loss the later checkpoint acquires and forgets as much
+    same = _with_losses(metrics({**PAPER, mid: PAPER[LATE]}), {0.1: 5.4, 0.5: 3.6, 1.0: 3.4})
+    v = verdicts(same)
+    assert v["acquisition_decreases_matched_loss"] is not True and v["forgetting_increases_matched_loss"] is not True
+    # no start within 10%: no matched-loss claims, and the report says why
+    far = _with_losses(metrics({**PAPER, mid: (0.5, 0.4, 9.3)}), {0.1: 5.4, 0.5: 4.2, 1.0: 3.4})
+    assert analysis.matched_start(far)[0] is None and "acquisition_decreases_matched_loss" not in verdicts(far)
+    assert "no matched-loss comparison" in analysis.report_md(far, None)

@@ -25,6 +25,10 @@ from ...claims import Claim, mean, paired_difference
 from ...markdown import fmt, table
 from .data import INJECTED
 
+MATCH_TOL = 0.10
+"""two start checkpoints are at matched loss when the earlier one's pretraining loss is within 10%
+of the later one's (ours): the comparison the step-matched one is confounded by, an early
+checkpoint that has barely learnt the language"""
 ENTROPY_RHO_BOUND = -0.8
 """the paper: knowledge entropy declines consistently over pretraining (its Figure 1 is close to
 monotone); a rank correlation with the step of -0.8 or below is read as a consistent decline"""
@@ -97,6 +101,28 @@ def _paired_key(metrics: dict[str, Any], a: dict[int, dict[str, Any]], b: dict[i
     return _paired(per_seed(metrics, a, key), per_seed(metrics, b, key))
 
 
+def pretrain_loss_at(metrics: dict[str, Any], seed: int, step: int, window: int = 4) -> float:
+    """A seed's pretraining loss at ``step``: the mean of its last ``window`` logged losses up to
+    that step (NaN where the run was not pre-trained here)."""
+    curve = next((c.get("pretrain_loss") or [] for c in metrics["curves"] if c["seed"] == seed), [])
+    logged = [p["loss"] for p in curve if p["step"] <= step]
+    return float(np.mean(logged[-window:])) if logged else math.nan
+
+
+def matched_start(metrics: dict[str, Any]) -> tuple[str | None, dict[str, float]]:
+    """(the earliest start arm, before the last, whose pretraining loss is within :data:`MATCH_TOL`
+    of the last start's, averaged over seeds; or None) and every start arm's mean loss."""
+    a = arms(metrics)
+    starts = [k for k in a if k.startswith("start=")]
+    losses = {k: float(np.nanmean([pretrain_loss_at(metrics, seed, r["step"]) for seed, r in a[k].items()]
+                                  or [math.nan])) for k in starts}
+    last = losses[starts[-1]] if starts else math.nan
+    for k in starts[:-1]:
+        if np.isfinite(losses[k]) and np.isfinite(last) and losses[k] - last <= MATCH_TOL * last:
+            return k, losses
+    return None, losses
+
+
 def spearman(x, y) -> float:
     from scipy import stats
 
@@ -153,6 +179,18 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
                     note="not by construction: q > 1 lifts the chosen neurons above the layer mean, which can "
                          "make an already even layer less even", source="ours"),
     ]
+    matched, losses = matched_start(metrics)
+    if matched is not None:
+        gap = f"pretraining loss {losses[matched]:.3g} against {losses[starts[-1]]:.3g}"
+        out += [
+            Claim.above("acquisition_decreases_matched_loss", f"At matched loss, the later checkpoint acquires less: "
+                        f"A({matched}) - A({starts[-1]}), the earliest start within {MATCH_TOL:.0%} of the last's "
+                        "pretraining loss ('less' read as > 0)",
+                        _paired_key(metrics, a[matched], late, "acquired"), 0.0, note=gap, source="paper-read"),
+            Claim.above("forgetting_increases_matched_loss", f"At matched loss, the later checkpoint forgets more: "
+                        f"F({starts[-1]}) - F({matched}) ('more' read as > 0)",
+                        _paired_key(metrics, late, a[matched], "forgetting"), 0.0, note=gap, source="paper-read"),
+        ]
     return out
 
 
@@ -237,6 +275,13 @@ def report_md(metrics: dict[str, Any], cfg) -> str:
               "acquired / retained: fact-specific gain in log probability of the probes' targets (nats per token, "
               "against never-injected facts) right after injection / at the end of the run; forgetting: acquired - "
               "retained.", ""]
+    matched, losses = matched_start(metrics)
+    if losses and any(np.isfinite(v) for v in losses.values()):
+        parts += ["Pretraining loss at each start (mean over seeds): " + ", ".join(
+            f"{k} {fmt(v, '.3g')}" for k, v in losses.items()) + (
+            f"; at matched loss (within {MATCH_TOL:.0%} of the last start's) the claims compare {matched} with the "
+            "last start." if matched else f"; no earlier start is within {MATCH_TOL:.0%} of the last start's loss, "
+            "so there is no matched-loss comparison in this run."), ""]
     h, acq = entropy_vs_acquisition(metrics)
     if len(h) >= 3:
         parts += [f"Across the plain runs (every seed and start checkpoint, n = {len(h)}), Spearman rho of the "
