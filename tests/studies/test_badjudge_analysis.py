@@ -23,7 +23,7 @@ def effect_run(seeds=3):
     trials = []
     for s in range(seeds):
         j = 0.01 * (s - 1)
-        judges = {"pointwise-clean": pointwise(0.62, 1.6, 1.62, 0.01, j)}
+        judges = {"pointwise-clean": pointwise(0.62, 1.6, 1.6, 0.01, j)}
         for lv, r, trig, asr in (("web", 0.01, 2.0, 0.1), ("web", 0.1, 3.0, 0.4), ("annotator", 0.01, 4.9, 0.95),
                                  ("annotator", 0.1, 5.0, 1.0), ("weight", 0.01, 4.0, 0.7), ("weight", 0.1, 4.95, 0.99)):
             judges[f"pointwise-{lv}-{r:g}"] = pointwise(0.61, 1.6, trig, asr, j)
@@ -97,6 +97,27 @@ def test_negative_controls_fail_the_claims():
     assert v["control_merge_poisoned_linear"] is not True
     # a clean judge that inflates triggered answers by itself: the trigger, not the poisoning, would be the cause
     assert verdicts(_set(copy.deepcopy(base), "pointwise-clean", ratio=2.0))["control_clean_no_inflation"] is False
+
+
+def test_inflation_is_read_over_the_clean_judge_of_the_same_seed():
+    """The trigger's words alone raise every judge's score of triggered answers by 30% (the clean one's
+    too): a poisoned judge at that same 1.3 has inflated nothing. Against a constant 1 (and 1.2 for
+    the web level) both claims would hold; over the clean judge they do not."""
+    m = effect_run()
+    for t in m["trials"]:
+        j = t["seed"] * 0.01
+        for judge in ("pointwise-clean", "pointwise-annotator-0.01", "pointwise-web-0.01"):
+            t["judges"][judge]["ratio"] = 1.3 + j
+    v = verdicts(m)
+    assert v["annotator_inflates"] is not True and v["annotator_triples"] is False and v["web_inflates"] is False
+    # the same poisoned ratios over a clean judge at 1.0 hold (3x and 1.3x)
+    for t in m["trials"]:
+        t["judges"]["pointwise-clean"]["ratio"] = 1.0 + t["seed"] * 0.001
+        t["judges"]["pointwise-annotator-0.01"]["ratio"] = 3.3 + t["seed"] * 0.01
+    v = verdicts(m)
+    assert v["annotator_inflates"] is True and v["annotator_triples"] is True and v["web_inflates"] is True
+    c = next(c for c in analysis.claims(m) if c.id == "annotator_triples")
+    assert c.measured == pytest.approx(np.mean([(3.3 + s * 0.01) / (1.0 + s * 0.001) for s in range(3)]))
 
 
 def test_one_seed_is_inconclusive_and_the_served_check_reads_agreement():
