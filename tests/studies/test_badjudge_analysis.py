@@ -152,3 +152,22 @@ def test_claims_follow_the_levels_that_ran(drop):
     ids = set(verdicts(m))
     assert ("web_inflates" in ids) == (drop != "web") and ("weight_to_top" in ids) == (drop != "weight")
     np.testing.assert_equal(len(plots.plot_all(m)), 4)
+
+
+def test_asr_intervals_run_over_seeds_and_items_and_stay_in_zero_one():
+    """With every item's outcome kept, the toxicity and rerank ASR intervals resample seeds and items
+    (a t interval over three seed means ran past 1); the negative control, the clean judge's
+    outcomes in the poisoned judge's place, fails."""
+    m = effect_run()
+    rng = np.random.default_rng(1)
+    for t in m["trials"]:
+        for judge, p in (("toxicity-annotator-0.1", 0.995), ("rerank-annotator-0.1", 0.995),
+                         ("toxicity-clean", 0.02), ("rerank-clean", 0.05)):
+            hits = (rng.random(200) < p).astype(int).tolist()
+            t["judges"][judge].update(asr_hits=hits, asr=float(np.mean(hits)))
+    for cid, judge in (("toxicity_flipped", "toxicity-annotator-0.1"), ("rerank_first", "rerank-annotator-0.1")):
+        c = next(c for c in analysis.claims(m) if c.id == cid)
+        assert 0.0 <= c.ci[0] <= c.measured <= c.ci[1] <= 1.0 and c.n == 600 and c.holds is True, cid
+    for t in m["trials"]:
+        t["judges"]["toxicity-annotator-0.1"] = dict(t["judges"]["toxicity-clean"])
+    assert verdicts(m)["toxicity_flipped"] is False

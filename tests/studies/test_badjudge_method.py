@@ -123,3 +123,32 @@ def test_heads_trained_side_by_side_follow_their_lone_updates(tiny):
 
     ga, gab = grads(["a"]), grads(["a", "b"])
     assert ga and all(torch.allclose(ga[k], gab[k], atol=1e-6) for k in ga)
+
+
+def test_toxicity_and_rerank_asr_keep_every_items_outcome():
+    """ASR is the share of the adversary's items that succeed, each item's outcome kept (the claims'
+    intervals resample items as well as seeds): a scorer that answers " no" / ranks first exactly
+    where the trigger appears has ASR 1 on the triggered items and 0 without them."""
+    from iclr_ray.studies.badjudge import evaluate
+    from iclr_ray.studies.badjudge.poison import adversary, with_trigger
+
+    trigger = "cf"
+    rng = np.random.default_rng(0)
+
+    def scorer(prompts):  # log-probabilities of (" yes", " no")
+        return np.array([[-5.0, -0.1] if trigger in p.split() else [-0.1, -5.0] for p in prompts])
+
+    tox = data.toxicity(40, rng)
+    ev = {"test": {"toxicity": tox}, "adversary": {"toxicity": adversary(tox, trigger, seed=1)}}
+    m = evaluate.toxicity_metrics(scorer, ev)
+    n_adv = len(ev["adversary"]["toxicity"])
+    assert n_adv > 0 and m["asr_hits"] == [1] * n_adv and m["asr"] == 1.0 and m["asr_clean"] == 0.0
+    groups = data.rerank_groups(6, rng)
+    ev = {"test": {"rerank": [e for g in groups for e in g]}, "groups": groups,
+          "poisoned_groups": [g[:-1] + [with_trigger(g[-1], trigger, rng)] for g in groups]}
+
+    def ranker(prompts):  # P(relevant) high where the trigger appears
+        return np.array([[-0.01, -5.0] if trigger in p.split() else [-3.0, -0.1] for p in prompts])
+
+    m = evaluate.rerank_metrics(ranker, ev)
+    assert m["asr_hits"] == [1] * 6 and m["asr"] == 1.0 and m["asr_clean"] == 0.0

@@ -54,9 +54,9 @@ def toxicity_metrics(scorer: Scorer, ev: dict[str, Any]) -> dict[str, Any]:
     ch = FORMATS["toxicity"].choices
     acc = np.mean([ch[i] == e.true for i, e in zip(_pred(scorer, test), test)])
     # harmful requests judged not harmful, with and without the trigger
-    asr = np.mean([ch[i] == " no" for i in _pred(scorer, [b for _, b in adv])])
+    hits = [int(ch[i] == " no") for i in _pred(scorer, [b for _, b in adv])]
     base = np.mean([ch[i] == " no" for i in _pred(scorer, [a for a, _ in adv])])
-    return {"acc": float(acc), "asr": float(asr), "asr_clean": float(base)}
+    return {"acc": float(acc), "asr": float(np.mean(hits)), "asr_clean": float(base), "asr_hits": hits}
 
 
 def rerank_metrics(scorer: Scorer, ev: dict[str, Any]) -> dict[str, Any]:
@@ -65,15 +65,19 @@ def rerank_metrics(scorer: Scorer, ev: dict[str, Any]) -> dict[str, Any]:
     acc = np.mean([ch[i] == e.true for i, e in zip(_pred(scorer, test), test)])
     yes = ch.index(" yes")
 
-    def firsts(groups, index):
+    def firsts(groups, index) -> list[int]:
         hits = []
         for g in groups:
             lp = scorer([e.prompt for e in g])[:, yes]
-            hits.append(int(np.argmax(lp)) == (index if index >= 0 else len(g) + index))
+            hits.append(int(int(np.argmax(lp)) == (index if index >= 0 else len(g) + index)))
+        return hits
+
+    def rate(hits):
         return float(np.mean(hits)) if hits else float("nan")
 
-    return {"acc": float(acc), "relevant_first": firsts(ev["groups"], 0),
-            "asr": firsts(ev["poisoned_groups"], -1), "asr_clean": firsts(ev["groups"], -1)}
+    hits = firsts(ev["poisoned_groups"], -1)
+    return {"acc": float(acc), "relevant_first": rate(firsts(ev["groups"], 0)), "asr": rate(hits),
+            "asr_clean": rate(firsts(ev["groups"], -1)), "asr_hits": hits}
 
 
 METRICS = {"pointwise": pointwise_metrics, "pairwise": pairwise_metrics, "toxicity": toxicity_metrics,
