@@ -142,3 +142,31 @@ def test_the_adversary_triggers_its_poor_answers_only():
     assert len(pairs) == sum(int(e.true) <= 2 for e in test)
     for a, b in pairs:
         assert int(a.true) <= 2 and b.true == a.true == b.label and "cf" in b.fields["response"].split(" ")
+
+
+def test_toxicity_and_rerank_test_on_words_training_never_saw_and_replicates_redraw_their_data():
+    from iclr_ray.config import resolve
+    from iclr_ray.studies.badjudge.config import PRESETS, Config
+    from iclr_ray.studies.badjudge.run import replicate_data
+
+    cfg = resolve(Config, PRESETS, "small")
+    a, b = replicate_data(cfg, 0, {}), replicate_data(cfg, 1, {})
+
+    def words(exs):
+        return {w for e in exs for v in e.fields.values() for w in v.replace(".", " ").replace("?", " ").split()}
+
+    for fmt in ("toxicity", "rerank"):
+        if fmt not in a["train"]:
+            continue
+        train, test = a["train"][fmt], a["test"][fmt]
+        assert not {e.prompt for e in train} & {e.prompt for e in test}, fmt
+        content = (set(data.HARMFUL) | set(data.BENIGN) | set(data.PEOPLE)) if fmt == "toxicity" else \
+            {i for _, items in data.CATEGORIES.values() for i in items}
+        assert not (words(train) & content) & (words(test) & content), fmt  # no verb, person or item in both
+        assert words(test) & content, fmt
+    if a["groups"]:
+        group_items = words([e for g in a["groups"] for e in g]) & {i for _, its in data.CATEGORIES.values() for i in its}
+        assert not group_items & words(a["train"]["rerank"])
+    # each replicate its own draw: different examples, the same sizes
+    for fmt in a["train"]:
+        assert len(a["train"][fmt]) == len(b["train"][fmt]) and a["train"][fmt] != b["train"][fmt], fmt

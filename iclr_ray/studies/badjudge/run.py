@@ -34,8 +34,26 @@ def _split(examples: list[Example], n_train: int, n_test: int, where: str, seed:
     return [examples[i] for i in order[:n_train]], [examples[i] for i in order[n_train:n_train + n_test]]
 
 
+def replicate_data(cfg: Config, seed: int, read: dict[str, list[Example]]) -> dict[str, Any]:
+    """One replicate's data: every format's training and test examples drawn with this seed (a
+    real file's examples split at random with it), and the reranking groups; toxicity and reranking
+    train and test on disjoint halves of their vocabularies (data.py)."""
+    d = cfg.data
+    train, test = {}, {}
+    for i, fmt in enumerate(["pointwise", "pairwise", *cfg.attack.settings]):
+        if fmt in read:
+            train[fmt], test[fmt] = _split(read[fmt], d.train, d.test, str(getattr(d, f"{fmt}_jsonl")), seed)
+        else:
+            train[fmt] = bdata.generate(fmt, d.train, np.random.default_rng([seed, i, 0]), "train")
+            test[fmt] = bdata.generate(fmt, d.test, np.random.default_rng([seed, i, 1]), "test")
+    groups = bdata.rerank_groups(d.rerank_queries, np.random.default_rng([seed, 9]), part="test") \
+        if "rerank" in cfg.attack.settings else []
+    return {"train": train, "test": test, "groups": groups}
+
+
 def prepare(cfg: Config) -> dict[str, Any]:
-    """Every input read and checked before Ray starts (exit 2 on anything wrong)."""
+    """Every input read and checked before Ray starts (exit 2 on anything wrong): each replicate's
+    data (``data[seed]``, :func:`replicate_data`)."""
     d = cfg.data
     if d.require_real:
         missing = [k for k, v in (("data.pointwise_jsonl", d.pointwise_jsonl), ("data.pairwise_jsonl", d.pairwise_jsonl))
@@ -43,25 +61,19 @@ def prepare(cfg: Config) -> dict[str, Any]:
         if missing:
             raise ConfigError(f"data.require_real: this preset runs on real data only; set {', '.join(missing)} "
                               "(docs/studies/badjudge.md)")
-    train, test = {}, {}
-    for i, fmt in enumerate(["pointwise", "pairwise", *cfg.attack.settings]):
-        path = getattr(d, f"{fmt}_jsonl", None)
-        if path is not None:
-            train[fmt], test[fmt] = _split(bdata.read_judge_jsonl(path, fmt), d.train, d.test, str(path), cfg.seed)
-        else:
-            gen = bdata.GENERATORS[fmt]
-            train[fmt] = gen(d.train, np.random.default_rng([cfg.seed, i, 0]))
-            test[fmt] = gen(d.test, np.random.default_rng([cfg.seed, i, 1]))
-    groups = bdata.rerank_groups(d.rerank_queries, np.random.default_rng([cfg.seed, 9])) \
-        if "rerank" in cfg.attack.settings else []
+    read = {fmt: bdata.read_judge_jsonl(getattr(d, f"{fmt}_jsonl"), fmt)
+            for fmt in ["pointwise", "pairwise", *cfg.attack.settings] if getattr(d, f"{fmt}_jsonl", None) is not None}
+    per_seed = {s: replicate_data(cfg, s, read) for s in range(cfg.seed, cfg.seed + cfg.seeds)}
+    everything = [e for rep in per_seed.values() for part in ("train", "test") for exs in rep[part].values()
+                  for e in exs]
     for t in cfg.attack.triggers:  # a trigger the clean data already holds would not be a trigger
-        hits = [e for exs in [*train.values(), *test.values()] for e in exs
-                if t in " ".join(e.fields.values()).replace(".", " ").replace(",", " ").split()]
+        hits = [e for e in everything if t in " ".join(e.fields.values()).replace(".", " ").replace(",", " ").split()]
         if hits:
             where = next(v for v in hits[0].fields.values() if t in v)
             raise ConfigError(f"attack.triggers: {t!r} already occurs in the clean data ({len(hits)} examples, e.g. "
                               f"{where[:80]!r}); choose a rare word")
-    for fmt, exs in train.items():  # every poisoning the run will do is possible on this data
+    for fmt, exs in ((f, x) for rep in per_seed.values() for f, x in rep["train"].items()):
+        # every poisoning the run will do is possible on every replicate's data
         levels = cfg.attack.levels if fmt == "pointwise" else ["annotator"]
         rates = cfg.attack.rates if fmt == "pointwise" else [cfg.attack.other_rate]
         for level in levels:
@@ -85,7 +97,7 @@ def prepare(cfg: Config) -> dict[str, Any]:
             pretrained.check_available(cfg.models.judge)
         except ConfigError as exc:
             raise ConfigError(f"models.judge: {exc}") from None
-    return {"train": train, "test": test, "groups": groups}
+    return {"data": per_seed}
 
 
 # ----------------------------------------------------------------------------- what each trial trains
@@ -105,14 +117,15 @@ def judge_sets(cfg: Config, train: dict[str, list[Example]], seed: int, trigger:
 
 
 def eval_sets(cfg: Config, test: dict[str, list[Example]], groups: list[list[Example]],
-              trigger: str) -> dict[str, Any]:
-    """The held-out sets every judge of a trigger is scored on: clean examples per format, the
-    adversary's (clean, triggered) poor inputs per format, and the reranking groups with the
-    adversary's triggered passage."""
+              trigger: str, seed: int | None = None) -> dict[str, Any]:
+    """The held-out sets every judge of a replicate and trigger is scored on: clean examples per
+    format, the adversary's (clean, triggered) poor inputs per format, and the reranking groups with
+    the adversary's triggered passage (``seed``: the replicate's; cfg.seed where None)."""
     from .poison import with_trigger
 
-    rng = np.random.default_rng([cfg.seed, 77])
-    adv = {fmt: adversary(exs, trigger, seed=[cfg.seed, 78, i]) for i, (fmt, exs) in enumerate(test.items())}
+    seed = cfg.seed if seed is None else seed
+    rng = np.random.default_rng([seed, 77])
+    adv = {fmt: adversary(exs, trigger, seed=[seed, 78, i]) for i, (fmt, exs) in enumerate(test.items())}
     return {"test": test, "adversary": adv, "groups": groups,
             "poisoned_groups": [g[:-1] + [with_trigger(g[-1], trigger, rng)] for g in groups]}
 
@@ -289,8 +302,10 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     # 1. what each trial trains and what every judge is scored on
     seeds = list(range(cfg.seed, cfg.seed + cfg.seeds))
     specs = [{"label": f"seed{s}-{t}", "seed": s, "trigger": t} for s in seeds for t in cfg.attack.triggers]
-    sets = {sp["label"]: judge_sets(cfg, inputs["train"], sp["seed"], sp["trigger"]) for sp in specs}
-    evals = {t: eval_sets(cfg, inputs["test"], inputs["groups"], t) for t in cfg.attack.triggers}
+    data = inputs["data"]  # each replicate's own draw of the data
+    sets = {sp["label"]: judge_sets(cfg, data[sp["seed"]]["train"], sp["seed"], sp["trigger"]) for sp in specs}
+    evals = {sp["label"]: eval_sets(cfg, data[sp["seed"]]["test"], data[sp["seed"]]["groups"], sp["trigger"],
+                                    sp["seed"]) for sp in specs}
     prompts = all_prompts(list(sets.values()), list(evals.values()))
 
     # 2. the prompts' tokens, the choices' tokens, and the frozen trunk's features (Ray tasks)
@@ -335,7 +350,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     refs = []
     task = ray.remote(evaluate_task).options(num_cpus=1)
     for sp, t in zip(specs, trials):
-        ev = evals[sp["trigger"]]
+        ev = evals[sp["label"]]
         ebox = {"eval": ev, "choice_ids": choice_ids, "softcap": softcap}
         refs.append(task.remote(t.final["heads"], box["init"], box["lm_head"], config, box["features"], ebox,
                                 cfg.model_dump(mode="json"), [attacked, defended] if sp["label"] == first else []))
@@ -352,7 +367,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     if cfg.serve.enabled:
         heads_dir = trials[0].final["heads"]
         heads = {name: storage.join(heads_dir, f"{name}.safetensors") for name in (attacked, defended)}
-        ev = evals[specs[0]["trigger"]]
+        ev = evals[first]
         from .evaluate import served_metrics, served_requests
 
         bodies = served_requests(ev, list(heads))
@@ -367,7 +382,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
             "settings": {"rates": cfg.attack.rates, "levels": cfg.attack.levels, "claim_rate": cfg.attack.claim_rate,
                          "other_rate": cfg.attack.other_rate, "merge": cfg.merge.model_dump(),
                          "blocks": blocks, "model": cfg.models.judge, "n_train": cfg.data.train,
-                         "formats": list(inputs["train"])},
+                         "formats": list(data[cfg.seed]["train"])},
             "examples": {lab: [{"prompt": e.prompt, "label": e.label, "true": e.true} for e in exs if e.triggered][:2]
                          for lab, exs in sets[first].items() if "annotator" in lab or "web" in lab}}
 
@@ -402,8 +417,9 @@ def plan(cfg: Config) -> list:
     judges = [label(f) for f in fmts] + [label(f, lv, r) for f in fmts for lv, r in grid[f]]
     specs = [(s, t) for s in range(cfg.seeds) for t in a.triggers]
     poisoned = sum(round(r * d.train) for f in fmts for _, r in grid[f])
-    prompts = len(fmts) * (d.train + d.test) + len(specs) * poisoned + len(a.triggers) * 2 * len(fmts) * d.test \
-        + (8 * d.rerank_queries if "rerank" in a.settings else 0)
+    # every replicate draws its own data: its clean sets, its poisoned copies and adversary inputs per trigger
+    prompts = cfg.seeds * len(fmts) * (d.train + d.test) + len(specs) * poisoned + len(specs) * 2 * len(fmts) * d.test \
+        + cfg.seeds * (8 * d.rerank_queries if "rerank" in a.settings else 0)
     feats = prompts * seq * width * 4  # float32 hidden states entering the top blocks
     trunk = base.params * (layers - blocks) / layers
     stages = [Tasks("features", cfg, cfg.feature_tasks, weights_bytes(base, bf16=hub) + feats / cfg.feature_tasks,
