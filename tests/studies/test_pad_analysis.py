@@ -34,7 +34,10 @@ def _rec(texts, seconds=1.0, calls=0, steps=0):
     return {"texts": texts, "tokens": 10 * len(texts), "seconds": seconds, "prm_calls": calls, "steps": steps}
 
 
-def fake_metrics(n=12, seeds=(0, 1), pad_reply=_styled, shuffled_reply=None, gated_seconds=0.6):
+def fake_metrics(n=12, seeds=(0, 1), pad_reply=_styled, shuffled_reply=None, gated_seconds=0.6, pad_nll=0.2,
+                 direct_reply=None):
+    """``pad_nll``: how many nats per token more PAD's replies cost the base than its own (which cost
+    1.0 +- 0.1); ``direct_reply``: the PRM decoded alone (default: the base's replies)."""
     rng = np.random.default_rng(0)
     queries = [f"q{i}" for i in range(n)]
     base_texts = [_base_reply(rng) for _ in queries]
@@ -48,6 +51,11 @@ def fake_metrics(n=12, seeds=(0, 1), pad_reply=_styled, shuffled_reply=None, gat
                  "bon": {p: {"texts": list(base_texts), "rewards": [[0.0]] * n} for p in prefs},
                  "sweep": {}, "gated": {}, "pad_single": {}}
             if kind == "real":
+                for p in prefs:
+                    pad[p]["nll"] = (1.0 + pad_nll + rng.normal(0, 0.1, n)).tolist()
+                r["prm_direct"] = {p: {**_rec([(direct_reply or (lambda q, g: _base_reply(g)))(p, rng)
+                                               for _ in queries]), "nll": (1.3 + rng.normal(0, 0.1, n)).tolist()}
+                                   for p in TRAINED}
                 r["base_single"] = _rec(base_texts, seconds=0.5)
                 for p in prefs:
                     r["pad_single"][p] = _rec(pad[p]["texts"], seconds=1.0 + 0.05 * rng.random())
@@ -65,7 +73,8 @@ def fake_metrics(n=12, seeds=(0, 1), pad_reply=_styled, shuffled_reply=None, gat
             "training": [{"label": r["label"], "seed": r["seed"], "kind": r["kind"], "steps": 2, "seconds": 3.0,
                           "model": f"/x/{r['label']}", "curve": [{"step": 1, "loss": 0.69}, {"step": 2, "loss": 0.3}]}
                          for r in prms],
-            "base": {"base": _rec(base_texts), "prompting": prompting},
+            "base": {"base": {**_rec(base_texts), "nll": (1.0 + rng.normal(0, 0.1, n)).tolist()},
+                     "prompting": {p: {**r, "nll": (1.1 + rng.normal(0, 0.1, n)).tolist()} for p, r in prompting.items()}},
             "prms": prms,
             "settings": {"k": 10, "w": 1.0, "margin": 2.0, "w_grid": [0.0, 1.0, 2.0], "best_of_n": 4,
                          "max_tokens": 32}}
@@ -150,3 +159,17 @@ def test_preferences_without_rules_are_scored_by_their_reward_models():
     assert list(both) == [(i + data.excited(t)) / 2 for i, t in enumerate(texts)]
     assert np.isnan(analysis.scores(texts, "humor", m)).all()  # neither a rule nor a reward model
     assert np.isnan(analysis.scores(["unscored reply", *texts[1:]], "helpful", m)[0])
+
+
+def test_the_fluency_guard_and_the_prm_decoded_alone():
+    """PAD's replies at +0.2 nats per token over the base's hold the fluency guard, gibberish at
+    +2.0 fails it; a PRM that, decoded alone, carries the style as well as PAD makes PAD's gain over
+    it not hold (the base's guidance added nothing), one that does not carry it makes it hold."""
+    c = _by_id(analysis.claims(fake_metrics(), None))
+    for d in TRAINED:
+        assert c[f"fluency_kept_{d}"].holds is True and c[f"beats_prm_direct_{d}"].holds is True, d
+    c = _by_id(analysis.claims(fake_metrics(pad_nll=2.0, direct_reply=_styled), None))
+    for d in TRAINED:
+        assert c[f"fluency_kept_{d}"].holds is False and c[f"beats_prm_direct_{d}"].holds is not True, d
+    text = analysis.report_md(fake_metrics(), None)
+    assert "the PRM decoded alone" in text and "base NLL / token" in text

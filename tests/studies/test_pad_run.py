@@ -66,9 +66,14 @@ def test_smoke_study_reports_every_claim_and_figure(smoke_run):
     real = next(r for r in m["prms"] if r["kind"] == "real")
     assert set(real["pad"]) == {"simple", "excited", "personal", "excited+personal"}
     assert all(len(r["texts"]) == len(m["queries"]) for r in real["pad"].values())
+    # the fluency guard: the base's NLL per token of every reply it reads; the PRM decoded alone
+    assert all(len(r["nll"]) == len(m["queries"]) for r in real["pad"].values())
+    assert len(m["base"]["base"]["nll"]) == len(m["queries"]) and set(real["prm_direct"]) == {"simple", "excited",
+                                                                                                "personal"}
     ids = {c["id"] for c in result["claims"]}
     assert {"beats_base_simple", "beats_prompting_personal", "unseen_excited_personal", "needs_learned_preference",
-            "personalised", "beats_best_of_n", "gate_speeds_up"} <= ids
+            "personalised", "beats_best_of_n", "gate_speeds_up", "fluency_kept_simple",
+            "beats_prm_direct_personal"} <= ids
     checks = {c["id"]: c for c in result["checks"]}
     assert checks["w0_is_base"]["holds"] is True and checks["k1_is_base"]["holds"] is True
     assert {p.stem for p in (smoke_run / "plots").glob("*.png")} == {"alignment", "weight_sweep", "prm_training",

@@ -4,6 +4,11 @@ functions of the metrics (the replies are in them; the rules are data.py's).
 A method's alignment to preference P on a held-out query is P's rule score of its reply (a
 combination: the mean of its rules). PRM-based methods are averaged over the PRM seeds first, so
 the unit of every interval is the held-out query (paired: every method answers the same queries).
+
+The rules labelled the PRM's training pairs, so a decoder could raise its rule score by gaming them
+(a reply of bullet points and nothing else). The fluency guard scores every reply with a judge that
+labelled nothing: the base model's negative log-likelihood per token of the reply given the plain
+query.
 """
 from __future__ import annotations
 
@@ -15,6 +20,10 @@ import numpy as np
 from ...claims import Claim, Estimate, exact, mean, paired_difference
 from ...markdown import fmt, table
 from .data import RULES
+
+FLUENCY_MARGIN = 0.5
+"""PAD's replies may cost the base model at most this many more nats per token than its own greedy
+replies (ours: about 1.65x the perplexity)"""
 
 
 def scores(texts: list[str], name: str, metrics: dict[str, Any]) -> np.ndarray:
@@ -49,6 +58,19 @@ def method_scores(metrics: dict[str, Any], method: str, name: str, kind: str = "
     if not runs:
         return np.full(len(metrics["queries"]), math.nan)
     return np.mean([scores(r[method][name]["texts"], name, metrics) for r in runs], axis=0)
+
+
+def method_nll(metrics: dict[str, Any], method: str, name: str) -> np.ndarray:
+    """Per held-out query, the base model's NLL per token of ``method``'s reply for preference
+    ``name`` given the plain query (PRM-based methods: mean over the real PRM seeds); NaN where not
+    measured."""
+    n = len(metrics["queries"])
+    if method == "base":
+        return np.asarray(metrics["base"]["base"].get("nll", [math.nan] * n), float)
+    if method == "prompting":
+        return np.asarray(metrics["base"]["prompting"][name].get("nll", [math.nan] * n), float)
+    rows = [r[method][name]["nll"] for r in prm_runs(metrics, "real") if "nll" in r.get(method, {}).get(name, {})]
+    return np.nanmean(np.asarray(rows, float), axis=0) if rows else np.full(n, math.nan)
 
 
 def mean_over(metrics: dict[str, Any], method: str, names: list[str], kind: str = "real") -> np.ndarray:
@@ -113,6 +135,12 @@ def sweep_curve(metrics: dict[str, Any]) -> dict[str, list[tuple[float, float]]]
     return out
 
 
+def _finite(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs where both values are finite (an empty reply has no NLL)."""
+    ok = np.isfinite(a) & np.isfinite(b)
+    return a[ok], b[ok]
+
+
 def _ratio(a: np.ndarray, b: np.ndarray) -> Estimate:
     """The geometric mean of a / b over paired timings, with its t interval on the log scale."""
     e = mean(np.log(a / b))
@@ -136,6 +164,24 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
                                    "('beats' read as > 0)",
             paired_difference(pad, method_scores(metrics, "prompting", d)), 0.0,
             note="the paper's Table 2 (reviewers: prompting is the strong cheap baseline)", source="paper-read"))
+        direct = method_scores(metrics, "prm_direct", d)
+        if np.isfinite(direct).any():
+            out.append(Claim.above(
+                f"beats_prm_direct_{d}", f"PAD raises the alignment to '{d}' over its PRM decoded on its own "
+                                        "(greedy on the personalised prompt): the base's guidance adds to the DPO "
+                                        "model alone",
+                paired_difference(pad, direct), 0.0,
+                note="at w = 1 the base's logits cancel over the top k, and PAD is the PRM's greedy choice among "
+                     "the base's top k", source="ours"))
+        nll = method_nll(metrics, "pad", d)
+        if np.isfinite(nll).any():
+            out.append(Claim.at_most(
+                f"fluency_kept_{d}", f"PAD's replies for '{d}' stay fluent: the base model's NLL per token of them, "
+                                     f"minus of its own greedy replies, at most {FLUENCY_MARGIN:g} nats (given the "
+                                     "plain query; a judge that labelled no pair)",
+                paired_difference(*_finite(nll, method_nll(metrics, "base", d))), FLUENCY_MARGIN,
+                note="a guard against gaming the rules the PRM was trained on (queries where either reply is empty "
+                     "left out)", source="ours"))
     for c in unseen:
         out.append(Claim.above(
             f"unseen_{c.replace('+', '_')}", f"PAD generalises to the unseen combination '{c}' ('generalises' read as "
@@ -182,7 +228,8 @@ def _ci(e: Estimate) -> str:
 
 
 METHODS = (("base", "base decoding"), ("prompting", "preference prompting"), ("bon", "Best-of-N"),
-           ("pad", "PAD"), ("gated", "PAD, gated"), ("pad_shuffled", "PAD, shuffled-label PRM"))
+           ("prm_direct", "the PRM decoded alone"), ("pad", "PAD"), ("gated", "PAD, gated"),
+           ("pad_shuffled", "PAD, shuffled-label PRM"))
 
 
 def alignment_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
@@ -198,7 +245,9 @@ def alignment_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
             else:
                 x = method_scores(metrics, key, name)
             if np.isfinite(x).any():
-                rows.append({"preference": name, "method": key, "label": label, "est": mean(x)})
+                nll = method_nll(metrics, key, name) if key in ("base", "prompting", "pad", "prm_direct") else None
+                rows.append({"preference": name, "method": key, "label": label, "est": mean(x),
+                             "nll": None if nll is None or not np.isfinite(nll).any() else mean(nll[np.isfinite(nll)])})
     return rows
 
 
@@ -215,8 +264,11 @@ def report_md(metrics: dict[str, Any], cfg) -> str:
                      for t in metrics["training"]]), ""]
     parts += [f"## Alignment on {len(metrics['queries'])} held-out queries (rule score, mean and 95% interval "
               f"over queries; PAD k = {s['k']}, w = {s['w']:g}, greedy, {s['max_tokens']} tokens)", "",
-              table(["preference", "method", "alignment"],
-                    [[r["preference"], r["label"], _ci(r["est"])] for r in alignment_table(metrics)]), ""]
+              table(["preference", "method", "alignment", "base NLL / token"],
+                    [[r["preference"], r["label"], _ci(r["est"]), "-" if r["nll"] is None else _ci(r["nll"])]
+                     for r in alignment_table(metrics)]), "",
+              "base NLL / token: the base model's negative log-likelihood per token of the reply given the plain "
+              "query (nats; the fluency guard, a judge that labelled no pair).", ""]
     tp = throughput(metrics)
     if len(tp["pad"]):
         parts += ["## Cost (tokens/s in the same process, per PRM run and preference)", "",

@@ -117,6 +117,23 @@ def sequence_reward(prm, base, tokenizer, queries: Sequence[str], candidates: Se
     return out
 
 
+@torch.no_grad()
+def reply_nll(base, tokenizer, queries: Sequence[str], texts: Sequence[str]) -> list[float]:
+    """The base model's negative log-likelihood per token of each reply given its plain query (the
+    fluency guard: the model PAD steers, reading no preference, judges how natural the reply is);
+    NaN for an empty reply."""
+    from .prm import response_logps
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    rows = [(chat_ids(tokenizer, q), response_ids(tokenizer, t)) for q, t in zip(queries, texts)]
+    keep = [i for i, (_, r) in enumerate(rows) if r]
+    out = [float("nan")] * len(rows)
+    lp = response_logps(base, [rows[i] for i in keep], pad, chunk=16).tolist()
+    for i, v in zip(keep, lp):
+        out[i] = -v / len(rows[i][1])
+    return out
+
+
 def best_of_n(candidates: Sequence[Sequence[str]], rewards: Sequence[Sequence[float]]) -> list[str]:
     """Each query's candidate with the largest reward (the first of ties)."""
     return [c[max(range(len(r)), key=lambda j: r[j])] for c, r in zip(candidates, rewards)]

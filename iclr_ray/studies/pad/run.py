@@ -123,12 +123,15 @@ def base_task(source: str, queries: list[str], prefs: dict[str, str],
     """Base decoding (plain prompt) and preference prompting (the base on each personalised
     prompt); and, as a second return the PRM tasks wait on, Best-of-N's candidates (samples of the
     plain prompt)."""
-    from .evaluate import decode_queries
+    from .evaluate import decode_queries, reply_nll
 
     model, tok = load(source)
     out = {"base": decode_queries(model, tok, queries, dec["max_tokens"]).record(),
            "prompting": {name: decode_queries(model, tok, queries, dec["max_tokens"], pref_text=text).record()
                          for name, text in prefs.items()}}
+    out["base"]["nll"] = reply_nll(model, tok, queries, out["base"]["texts"])
+    for rec in out["prompting"].values():
+        rec["nll"] = reply_nll(model, tok, queries, rec["texts"])
     cands: list[list[str]] = [[] for _ in queries]
     for j in range(dec["best_of_n"]):
         r = decode_queries(model, tok, queries, dec["max_tokens"], temperature=dec["bon_temperature"],
@@ -149,19 +152,25 @@ def _load_pair(source: str, prm_source: str):
 
 def prm_task(source: str, prm_source: str, queries: list[str], prefs: dict[str, str], dec: dict[str, Any],
              candidates: list[list[str]] | None, timed: list[str]) -> dict[str, Any]:
-    """What one PRM decides: PAD at w for every preference in ``prefs`` (all queries in one batch),
-    Best-of-N's picks by this PRM's sequence reward (with ``candidates``), and for the preferences
-    in ``timed`` base, PAD and gated PAD decoding each query alone (a served request), timed in
-    this process."""
-    from .evaluate import best_of_n, decode_queries, sequence_reward
+    """What one PRM decides: PAD at w for every preference in ``prefs`` (all queries in one batch)
+    with the base model's per-token NLL of its replies (the fluency guard), the PRM decoded on its
+    own (greedy on the personalised prompt: the baseline PAD at w = 1 nearly is, restricted to the
+    base's top k), Best-of-N's picks by this PRM's sequence reward (with ``candidates``), and for
+    the preferences in ``timed`` base, PAD and gated PAD decoding each query alone (a served
+    request), timed in this process."""
+    from .evaluate import best_of_n, decode_queries, reply_nll, sequence_reward
 
     base, prm, tok = _load_pair(source, prm_source)
     m, k, w = dec["max_tokens"], dec["k"], dec["w"]
-    out: dict[str, Any] = {"pad": {}, "bon": {}, "gated": {}, "pad_single": {}, "sweep": {}}
+    out: dict[str, Any] = {"pad": {}, "prm_direct": {}, "bon": {}, "gated": {}, "pad_single": {}, "sweep": {}}
     if timed:
         out["base_single"] = decode_queries(base, tok, queries, m, one_at_a_time=True).record()
     for name, text in prefs.items():
         out["pad"][name] = decode_queries(base, tok, queries, m, prm=prm, prm_pref_text=text, k=k, w=w).record()
+        out["pad"][name]["nll"] = reply_nll(base, tok, queries, out["pad"][name]["texts"])
+        if name in timed:  # the trained preferences of a real PRM
+            out["prm_direct"][name] = decode_queries(prm, tok, queries, m, pref_text=text).record()
+            out["prm_direct"][name]["nll"] = reply_nll(base, tok, queries, out["prm_direct"][name]["texts"])
         if candidates is not None:
             rewards = sequence_reward(prm, base, tok, queries, candidates, text)
             out["bon"][name] = {"texts": best_of_n(candidates, rewards), "rewards": rewards}
@@ -313,7 +322,7 @@ def reward_model_jobs(base: dict[str, Any], per_prm: list[dict[str, Any]], names
                 continue
             lists.append(base["prompting"][name]["texts"])
             for r in per_prm:
-                for key in ("pad", "gated", "pad_single", "bon"):
+                for key in ("pad", "prm_direct", "gated", "pad_single", "bon"):
                     if name in r.get(key, {}):
                         lists.append(r[key][name]["texts"])
                 lists.extend(v for v in r.get("sweep", {}).get(name, {}).values())
