@@ -274,15 +274,15 @@ def test_badjudge_feature_and_evaluation_tasks_run_on_the_tasks_device(gpu_task,
     from iclr_ray.studies.badjudge.recipe import save_heads
 
     cfg = Config.model_validate({**PRESETS["smoke"], "data": {"train": 20, "test": 10, "rerank_queries": 2}})
-    inputs = R.prepare(cfg)
+    rep = R.prepare(cfg)["data"][cfg.seed]  # the first replicate's own data
     source = materialise(cfg.models.judge, tmp_path, bdata.vocabulary_texts(), 0)
     base, tok = load_pretrained(source)
     d = base.config.hidden_size
     init = head_state_of(base, 1)
     lm_head = base.get_output_embeddings().weight.detach().numpy().copy()
     trigger = cfg.attack.triggers[0]
-    ev = R.eval_sets(cfg, inputs["test"], inputs["groups"], trigger)
-    prompts = R.all_prompts([R.judge_sets(cfg, inputs["train"], 0, trigger)], [ev])
+    ev = R.eval_sets(cfg, rep["test"], rep["groups"], trigger, cfg.seed)
+    prompts = R.all_prompts([R.judge_sets(cfg, rep["train"], cfg.seed, trigger)], [ev])
     enc, choice_ids = {}, {}
     for text, fmt in prompts.items():
         enc[text], choice_ids[fmt] = bdata.encode(tok, text, bdata.FORMATS[fmt].choices)

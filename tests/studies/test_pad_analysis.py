@@ -61,9 +61,11 @@ def fake_metrics(n=12, seeds=(0, 1), pad_reply=_styled, shuffled_reply=None, gat
                     r["pad_single"][p] = _rec(pad[p]["texts"], seconds=1.0 + 0.05 * rng.random())
                     r["gated"][p] = _rec(pad[p]["texts"], seconds=gated_seconds + 0.05 * rng.random(), calls=3,
                                          steps=10)
-                if s == seeds[0]:
-                    r["sweep"] = {p: {"0.0": list(base_texts), "k1": list(base_texts), "2.0": pad[p]["texts"]}
-                                  for p in prefs}
+                if s == seeds[0]:  # the weight sweep, on the dev queries (here: replies like the evaluation ones)
+                    dev = {"queries": [f"d{i}" for i in range(n)], "on": "dev", "base": list(base_texts),
+                           "sweep": {p: {"0.0": list(base_texts), "k1": list(base_texts),
+                                         "1.0": [_styled(p, rng) for _ in queries], "2.0": pad[p]["texts"]}
+                                     for p in TRAINED}}
             prms.append(r)
     return {"queries": queries,
             "preferences": {"trained": TRAINED, "unseen": UNSEEN, "texts": {p: data.preference_text(p) for p in prefs}},
@@ -73,10 +75,11 @@ def fake_metrics(n=12, seeds=(0, 1), pad_reply=_styled, shuffled_reply=None, gat
             "training": [{"label": r["label"], "seed": r["seed"], "kind": r["kind"], "steps": 2, "seconds": 3.0,
                           "model": f"/x/{r['label']}", "curve": [{"step": 1, "loss": 0.69}, {"step": 2, "loss": 0.3}]}
                          for r in prms],
+            "dev": dev,
             "base": {"base": {**_rec(base_texts), "nll": (1.0 + rng.normal(0, 0.1, n)).tolist()},
                      "prompting": {p: {**r, "nll": (1.1 + rng.normal(0, 0.1, n)).tolist()} for p, r in prompting.items()}},
             "prms": prms,
-            "settings": {"k": 10, "w": 1.0, "margin": 2.0, "w_grid": [0.0, 1.0, 2.0], "best_of_n": 4,
+            "settings": {"k": 10, "w": 1.0, "w_chosen": "dev", "margin": 2.0, "w_grid": [0.0, 1.0, 2.0], "best_of_n": 4,
                          "max_tokens": 32}}
 
 
@@ -120,9 +123,8 @@ def test_negative_control_one_style_for_every_preference_is_not_personal():
 
 def test_negative_control_a_gate_slower_than_pad_and_broken_identities():
     m = fake_metrics(gated_seconds=1.5)
-    r = analysis.prm_runs(m, "real")[0]
-    for p in r["sweep"]:
-        r["sweep"][p]["0.0"] = list(r["pad"][p]["texts"])
+    for p, sweep in m["dev"]["sweep"].items():  # w = 0 that is not the base's greedy decoding
+        sweep["0.0"] = list(sweep["2.0"])
     c = _by_id(analysis.claims(m, None))
     assert c["gate_speeds_up"].holds is False and c["w0_is_base"].holds is False
     assert c["k1_is_base"].holds is True
@@ -143,11 +145,23 @@ def test_report_and_figures_read_the_metrics_only():
 
 
 @pytest.mark.parametrize("w, expect", [("2.0", 1.0), ("0.0", 0.0)])
-def test_the_weight_sweep_curve_includes_the_claims_weight(w, expect):
+def test_the_weight_sweep_curve_reads_the_dev_queries(w, expect):
     curve = analysis.sweep_curve(fake_metrics())["excited"]
     assert [x for x, _ in curve] == [0.0, 1.0, 2.0]
     at = dict(curve)[float(w)]
     assert (at > 0.5) == bool(expect)
+
+
+def test_w_is_chosen_on_the_dev_queries():
+    from iclr_ray.studies.pad.run import choose_w
+
+    sweep = fake_metrics()["dev"]["sweep"]
+    for texts in sweep.values():
+        texts["1.0"] = list(texts["2.0"])
+    assert choose_w(sweep, [0.0, 1.0, 2.0], analysis.rule_scores) == 1.0  # 1.0 and 2.0 tie: the smaller
+    for texts in sweep.values():  # w = 2 alone carries the style
+        texts["1.0"] = list(texts["0.0"])
+    assert choose_w(sweep, [0.0, 1.0, 2.0], analysis.rule_scores) == 2.0
 
 
 def test_preferences_without_rules_are_scored_by_their_reward_models():

@@ -72,8 +72,11 @@ def test_smoke_study_reports_every_claim_and_figure(smoke_run):
                                                                                                 "personal"}
     ids = {c["id"] for c in result["claims"]}
     assert {"beats_base_simple", "beats_prompting_personal", "unseen_excited_personal", "needs_learned_preference",
-            "personalised", "beats_best_of_n", "gate_speeds_up", "fluency_kept_simple",
-            "beats_prm_direct_personal"} <= ids
+            "personalised", "beats_best_of_n", "gate_speeds_up", "beats_prm_direct_personal"} <= ids
+    # the random tiny model's replies often decode to nothing (no NLL): the guard is claimed where they do not
+    spoken = any(b and p for b, p in zip(m["base"]["base"]["texts"], real["pad"]["simple"]["texts"]))
+    assert ("fluency_kept_simple" in ids) == spoken
+    assert m["settings"]["w_chosen"] == "dev" and m["settings"]["w"] in (0.0, 1.0) and len(m["dev"]["queries"]) == 3
     checks = {c["id"]: c for c in result["checks"]}
     assert checks["w0_is_base"]["holds"] is True and checks["k1_is_base"]["holds"] is True
     assert {p.stem for p in (smoke_run / "plots").glob("*.png")} == {"alignment", "weight_sweep", "prm_training",

@@ -42,6 +42,12 @@ def scores(texts: list[str], name: str, metrics: dict[str, Any]) -> np.ndarray:
     return np.mean(np.array(parts, dtype=float), axis=0)
 
 
+def rule_scores(texts: list[str], name: str) -> np.ndarray:
+    """Per reply, its alignment to ``name`` by the study's rules alone (NaN for a part without one):
+    what the dev queries, which no reward model scores, can be judged by."""
+    return scores(texts, name, {})
+
+
 def prm_runs(metrics: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [r for r in metrics["prms"] if r["kind"] == kind]
 
@@ -109,30 +115,22 @@ def throughput(metrics: dict[str, Any], kind: str = "real") -> dict[str, np.ndar
 
 def identity_share(metrics: dict[str, Any], key: str) -> float:
     """The share of (preference, query) replies of the first seed's PRM at ``key`` (the w = 0
-    entry of the sweep, or k1) identical to the base model's greedy replies."""
-    base = metrics["base"]["base"]["texts"]
+    entry of the sweep, or k1) identical to the base model's greedy replies on the same queries."""
+    dev = metrics.get("dev") or {}
+    base = dev.get("base", [])
     same, n = 0, 0
-    for r in prm_runs(metrics, "real"):
-        for sweep in r.get("sweep", {}).values():
-            if key in sweep:
-                same += sum(a == b for a, b in zip(sweep[key], base))
-                n += len(base)
+    for sweep in dev.get("sweep", {}).values():
+        if key in sweep:
+            same += sum(a == b for a, b in zip(sweep[key], base))
+            n += len(base)
     return same / n if n else math.nan
 
 
 def sweep_curve(metrics: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
-    """Per preference, (w, mean alignment over queries) on the first seed's PRM, w = w_claim included."""
-    out: dict[str, list[tuple[float, float]]] = {}
-    w0 = metrics["settings"]["w"]
-    for r in prm_runs(metrics, "real"):
-        if not r.get("sweep"):
-            continue
-        for name, sweep in r["sweep"].items():
-            pts = [(float(w), float(np.nanmean(scores(t, name, metrics)))) for w, t in sweep.items() if w != "k1"]
-            pts.append((float(w0), float(np.nanmean(scores(r["pad"][name]["texts"], name, metrics)))))
-            out[name] = sorted(pts)
-        break
-    return out
+    """Per preference, (w, mean rule alignment over the sweep's queries: the dev queries) on the
+    first seed's PRM."""
+    return {name: sorted((float(w), float(np.nanmean(rule_scores(t, name)))) for w, t in sweep.items() if w != "k1")
+            for name, sweep in (metrics.get("dev") or {}).get("sweep", {}).items()}
 
 
 def _finite(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -214,7 +212,7 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
             _ratio(tp["gated"], tp["pad"]), 1.0,
             note="the practitioners' fix for PAD's cost (a PRM call per token); unit: a timed decode of "
                  "every held-out query (PRM seed x preference)", source="ours"))
-    out.append(Claim.at_least("w0_is_base", "w = 0 gives exactly the base model's greedy replies",
+    out.append(Claim.at_least("w0_is_base", "w = 0 gives exactly the base model's greedy replies (the sweep's queries)",
                               exact(identity_share(metrics, "0.0")), 1.0, check=True))
     out.append(Claim.at_least("k1_is_base", "k = 1 makes PAD a no-op (the base's greedy replies)",
                               exact(identity_share(metrics, "k1")), 1.0, check=True))
@@ -281,7 +279,10 @@ def report_md(metrics: dict[str, Any], cfg) -> str:
                   "its steps.", ""]
     curve = sweep_curve(metrics)
     if curve:
-        parts += ["## Alignment against w (first seed's PRM)", "",
+        d = metrics.get("dev") or {}
+        parts += [f"## Alignment against w (first seed's PRM, {len(d.get('queries', []))} "
+                  f"{'dev' if d.get('on') == 'dev' else 'evaluation'} queries, rule scores; w = {s['w']:g}, "
+                  f"{'chosen there' if s.get('w_chosen') == 'dev' else 'fixed by the config'})", "",
                   table(["preference", *[fmt(w, "g") for w, _ in next(iter(curve.values()))]],
                         [[name, *[fmt(v, ".3f") for _, v in pts]] for name, pts in curve.items()]), ""]
     ex = metrics["pairs"]["examples"][:2]

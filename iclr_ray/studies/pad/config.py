@@ -20,6 +20,9 @@ class Data(Section):
     """generated training queries (data.queries); each is sampled ``samples_per_query`` times"""
     eval_queries: int = Field(24, ge=2)
     """held-out queries (about topics no training query mentions): the claims' unit"""
+    dev_queries: int = Field(12, ge=0)
+    """more held-out queries, none of them an evaluation query: the weight sweep runs on them and
+    ``decode.w`` is chosen there (0: none; the sweep runs on the evaluation queries and w is fixed)"""
     samples_per_query: int = Field(6, ge=2)
     sample_tokens: int = Field(40, ge=2)
     """the length of the base model's samples the pairs are built from"""
@@ -68,10 +71,12 @@ class Decode(Section):
     it, as the paper evaluates; a preference the study has a rule for is scored by the rule"""
     k: int = Field(10, ge=1)
     """PAD's top-k (the official configs: 10)"""
-    w: float = Field(1.0, ge=0)
-    """PAD's weight for the claims (the official HelpSteer2 configs: 1.0)"""
+    w: Optional[float] = Field(None, ge=0)
+    """PAD's weight for the claims; None: the weight of ``w_grid`` with the best mean alignment on the
+    dev queries (first seed's PRM; ties: the smaller), as the official code tunes it; a number fixes
+    it (the official HelpSteer2 configs: 1.0)"""
     w_grid: list[float] = [0.0, 0.5, 1.0, 2.0]
-    """weights swept on the first seed's PRM (the figure of alignment against w)"""
+    """weights swept on the first seed's PRM (the figure of alignment against w; w's choice)"""
     margin: float = Field(2.0, gt=0)
     """the gated variant calls the PRM only at steps where some row's top-2 base logit margin is
     below this"""
@@ -128,13 +133,15 @@ class Config(StudyConfig, TaskResources):  # its task resources: every task that
         for name in self.decode.preferences:
             if "+" in name:
                 raise ValueError(f"decode.preferences: {name!r} is a combination; combinations go in decode.unseen")
+        if self.decode.w is None and self.data.dev_queries == 0:
+            raise ValueError("decode.w: give a weight when data.dev_queries is 0 (no dev queries to choose it on)")
         return self
 
 
 PRESETS = {
     "smoke": {
         "models": {"base": "tiny-llama"},
-        "data": {"train_queries": 12, "eval_queries": 4, "samples_per_query": 3, "sample_tokens": 8},
+        "data": {"train_queries": 12, "eval_queries": 4, "dev_queries": 3, "samples_per_query": 3, "sample_tokens": 8},
         "prm": {"seeds": 1, "epochs": 1, "batch": 4, "lr": 1e-3},
         "decode": {"max_tokens": 6, "w_grid": [0.0, 1.0], "best_of_n": 2, "unseen": ["excited+personal"]},
     },

@@ -38,10 +38,17 @@ def prepare(cfg: Config) -> dict[str, Any]:
             raise ConfigError(f"data.require_real: this preset runs on real data only; set "
                               f"{', '.join(missing)} (docs/studies/pad.md)")
     inputs: dict[str, Any] = {}
-    if d.prompts_jsonl is not None:
-        inputs["eval_queries"] = pdata.read_prompts(d.prompts_jsonl)[:d.eval_queries]
+    if d.prompts_jsonl is not None:  # the file's first rows are the evaluation queries, the next the dev ones
+        rows = pdata.read_prompts(d.prompts_jsonl)
+        inputs["eval_queries"], inputs["dev_queries"] = rows[:d.eval_queries], rows[d.eval_queries:][:d.dev_queries]
     else:
-        inputs["eval_queries"] = pdata.queries(d.eval_queries, held_out=True, seed=cfg.seed)
+        held = pdata.queries(d.eval_queries + d.dev_queries, held_out=True, seed=cfg.seed)
+        dev = set(np.random.default_rng([cfg.seed, 5]).choice(len(held), d.dev_queries, replace=False).tolist())
+        inputs["eval_queries"] = [q for i, q in enumerate(held) if i not in dev]
+        inputs["dev_queries"] = [q for i, q in enumerate(held) if i in dev]
+    if cfg.decode.w is None and not inputs["dev_queries"]:
+        raise ConfigError("decode.w: no dev queries to choose it on (data.prompts_jsonl holds no rows after the "
+                          "evaluation ones); give decode.w or more rows")
     if cfg.models.prm is not None:
         pass  # a given PRM: nothing to train on
     elif d.pairs_jsonl is not None:
@@ -182,21 +189,31 @@ def prm_task(source: str, prm_source: str, queries: list[str], prefs: dict[str, 
 
 
 def sweep_task(source: str, prm_source: str, queries: list[str], prefs: dict[str, str],
-               dec: dict[str, Any]) -> dict[str, dict[str, list[str]]]:
-    """PAD at every weight of ``w_grid`` but the claims' own (which the PRM's task decodes) for each
-    preference, and k = 1 for the first: {preference: {str(w) or "k1": replies}}."""
+               dec: dict[str, Any]) -> dict[str, Any]:
+    """The weight sweep on ``queries`` (the dev queries): the base's greedy replies, and PAD at every
+    weight of ``w_grid`` for each preference, with k = 1 for the first: {"base": replies, "sweep":
+    {preference: {str(w) or "k1": replies}}}."""
     from .evaluate import decode_queries
 
     base, prm, tok = _load_pair(source, prm_source)
     out: dict[str, dict[str, list[str]]] = {}
     for i, (name, text) in enumerate(prefs.items()):
-        out[name] = {str(x): decode_queries(base, tok, queries, dec["max_tokens"], prm=prm, prm_pref_text=text,
-                                            k=dec["k"], w=x).texts
-                     for x in dec["w_grid"] if x != dec["w"]}
+        out[name] = {str(float(x)): decode_queries(base, tok, queries, dec["max_tokens"], prm=prm, prm_pref_text=text,
+                                                   k=dec["k"], w=x).texts for x in dec["w_grid"]}
         if i == 0:
             out[name]["k1"] = decode_queries(base, tok, queries, dec["max_tokens"], prm=prm, prm_pref_text=text, k=1,
-                                             w=dec["w"]).texts
-    return out
+                                             w=max(dec["w_grid"])).texts
+    return {"base": decode_queries(base, tok, queries, dec["max_tokens"]).texts, "sweep": out}
+
+
+def choose_w(sweep: dict[str, dict[str, list[str]]], grid: list[float], score) -> float:
+    """The weight of ``grid`` with the best mean alignment over the preferences (``score(texts,
+    preference)``: per-reply scores) on the sweep's queries; ties go to the smaller weight."""
+    means = []
+    for w in grid:
+        per = [np.nanmean(score(texts[str(float(w))], name)) for name, texts in sweep.items()]
+        means.append(float(np.nanmean(per)) if np.isfinite(per).any() else -np.inf)
+    return float(grid[int(np.argmax(means))])
 
 
 # ----------------------------------------------------------------------------- PRM trials
@@ -325,7 +342,6 @@ def reward_model_jobs(base: dict[str, Any], per_prm: list[dict[str, Any]], names
                 for key in ("pad", "prm_direct", "gated", "pad_single", "bon"):
                     if name in r.get(key, {}):
                         lists.append(r[key][name]["texts"])
-                lists.extend(v for v in r.get("sweep", {}).get(name, {}).values())
         for texts in lists:
             for i, t in enumerate(texts):
                 per_query[i].add(t)
@@ -368,21 +384,29 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     dec = cfg.decode.model_dump()
     opts = task_options(cfg, stage="pad: decoding")
     trained = {name: prefs[name] for name in cfg.decode.preferences}
+    dev_queries = ctx.inputs.get("dev_queries") or queries
+    first = next(i for i, p in enumerate(prms) if p["kind"] == "real")
+    # the first real PRM's weight sweep on the dev queries; w chosen there when not fixed
+    sweep_ref = ray.remote(sweep_task).options(**opts).remote(source, prms[first]["model"], dev_queries, trained, dec)
+    how = "fixed"
+    if cfg.decode.w is None:
+        ctx.say("weight sweep on %d dev queries: w in %s ...", len(dev_queries), cfg.decode.w_grid)
+        from .analysis import rule_scores
+
+        dev = ctx.wait_all([sweep_ref], "weight sweep")[0]
+        dec["w"], how = choose_w(dev["sweep"], cfg.decode.w_grid, rule_scores), "dev"
+        ctx.say("w = %g (the best mean alignment on the dev queries)", dec["w"])
     base_ref, cands_ref = ray.remote(base_task).options(num_returns=2, **opts).remote(source, queries, prefs, dec)
     # the real PRMs: every preference, Best-of-N, the timed decoders on the trained preferences; the
-    # shuffled controls: PAD on the trained preferences (all their claim reads); the first real
-    # PRM's weight sweep in a task of its own, beside the others
+    # shuffled controls: PAD on the trained preferences (all their claim reads)
     prm_remote = ray.remote(prm_task).options(**opts)
     prm_refs = [prm_remote.remote(source, p["model"], queries, prefs, dec, cands_ref, list(trained))
                 if p["kind"] == "real" else prm_remote.remote(source, p["model"], queries, trained, dec, None, [])
                 for p in prms]
-    first = next(i for i, p in enumerate(prms) if p["kind"] == "real")
-    sweep_ref = ray.remote(sweep_task).options(**opts).remote(source, prms[first]["model"], queries, trained, dec)
-    ctx.say("decoding: %d held-out queries x %d preferences, base + %d PRMs + the weight sweep ...", len(queries),
-            len(prefs), len(prm_refs))
+    ctx.say("decoding: %d held-out queries x %d preferences, base + %d PRMs at w = %g ...", len(queries),
+            len(prefs), len(prm_refs), dec["w"])
     got = ctx.wait_all([base_ref, *prm_refs, sweep_ref], "decoding tasks")
-    base, per_prm, sweep = got[0], got[1:-1], got[-1]
-    per_prm[first]["sweep"] = sweep
+    base, per_prm, dev = got[0], got[1:-1], got[-1]
     decoded = [{**{k: p[k] for k in ("label", "seed", "kind")}, **r} for p, r in zip(prms, per_prm)]
 
     # 5. the reward models' scores, where a preference has one and no rule
@@ -397,7 +421,8 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
                                                 "texts": prefs},
             "pairs": summary, "seeds": sorted({p["seed"] for p in prms}), "training": training, "base": base,
             "prms": decoded, "rm_scores": rm_scores,
-            "settings": {"k": cfg.decode.k, "w": cfg.decode.w, "margin": cfg.decode.margin,
+            "dev": {"queries": dev_queries, "on": "dev" if ctx.inputs.get("dev_queries") else "eval", **dev},
+            "settings": {"k": cfg.decode.k, "w": dec["w"], "w_chosen": how, "margin": cfg.decode.margin,
                          "w_grid": cfg.decode.w_grid, "best_of_n": cfg.decode.best_of_n,
                          "max_tokens": cfg.decode.max_tokens}}
 
@@ -417,10 +442,12 @@ def _decoding_flops(cfg: Config, base, prm, kinds: list[str], tokens: int) -> fl
     names = [*dc.preferences, *dc.unseen]
     dec_b, dec_pad = 2.0 * base.params * tokens, 2.0 * (base.params + prm.params) * tokens
     flops = (1 + len(names) + dc.best_of_n) * dec_b  # base, preference prompting, Best-of-N's samples
-    flops += (len([x for x in dc.w_grid if x != dc.w]) * len(dc.preferences) + 1) * dec_pad  # the sweep (+ k = 1)
-    for kind in kinds:  # real: PAD and Best-of-N's ranking per preference, the timed decoders; control: PAD
+    dev = (cfg.data.dev_queries or cfg.data.eval_queries) / cfg.data.eval_queries  # the sweep's queries
+    flops += dev * ((len(dc.w_grid) * len(dc.preferences) + 1) * dec_pad + dec_b)  # the sweep (+ k = 1, the base)
+    dec_prm = 2.0 * prm.params * tokens
+    for kind in kinds:  # real: PAD and Best-of-N's ranking per preference, the timed decoders, the PRM alone
         flops += (dec_b + len(names) * (1 + dc.best_of_n) * dec_pad + 2 * len(dc.preferences) * dec_pad
-                  if kind == "real" else len(dc.preferences) * dec_pad)
+                  + len(dc.preferences) * dec_prm if kind == "real" else len(dc.preferences) * dec_pad)
     return flops
 
 
