@@ -225,7 +225,7 @@ def test_pad_sampling_reference_decoding_and_reward_model_tasks_run_on_the_tasks
                                                **TINY_MODELS["tiny-llama"])).save_pretrained(rm)
     for folder in (prm, rm):
         tok.save_pretrained(folder)
-    dec = {**cfg.decode.model_dump(), "max_tokens": 2, "best_of_n": 2, "w_grid": [0.0, 1.0]}
+    dec = {**cfg.decode.model_dump(), "max_tokens": 2, "best_of_n": 2, "w_grid": [0.0, 1.0], "w": 1.0}
     prefs = {"simple": cfg.preference_text("simple")}  # every preference takes the same code
     assert [len(s) for s in gpu_task(lambda: R.sample_task(source, queries, 2, 2, 0.8, 0.95, 0))] == [2, 2]
     pairs = [text_pair(tok, q, prefs["simple"], "a short reply", "a reply") for q in queries]
@@ -233,8 +233,9 @@ def test_pad_sampling_reference_decoding_and_reward_model_tasks_run_on_the_tasks
     base, cands = gpu_task(lambda: R.base_task(source, queries, prefs, dec))
     assert base["base"]["texts"] == ["", ""] and len(cands[0]) == dec["best_of_n"]
     out = gpu_task(lambda: R.prm_task(source, prm, queries, prefs, dec, cands, ["simple"]))
-    assert set(out["bon"]) == set(out["gated"]) == set(prefs)
-    assert set(gpu_task(lambda: R.sweep_task(source, prm, queries, prefs, dec))["simple"]) == {"0.0", "k1"}
+    assert set(out["bon"]) == set(out["gated"]) == set(out["pad_variant"]) == set(prefs)
+    sweep = gpu_task(lambda: R.sweep_task(source, prm, queries, prefs, dec))
+    assert set(sweep["sweep"]["simple"]) == {"0.0", "1.0", "k1"} and sweep["base"]["simple"] == ["", ""]
     scores = gpu_task(lambda: R.reward_model_task(rm, queries, [["a", "b"], ["c"]]))
     assert scores == {"0": {"a": 0.0, "b": 0.0}, "1": {"c": 0.0}}  # zeros: read back from the device
 

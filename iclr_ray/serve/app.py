@@ -255,16 +255,22 @@ class Generator(_Decoder):
 class PADGenerator(_Decoder):
     """PAD decoding (the pad study): a frozen base model guided token by token by a personalised
     reward model that reads the request's ``preference`` (a preference name of the study, a
-    combination ``a+b``, or free text) before the user's last message. ``k``, ``w`` and ``margin``
-    (call the PRM only where the base's top-2 margin is below it) are the server's."""
+    combination ``a+b``, or free text) before the user's last message. ``k``, ``w``, ``margin``
+    (call the PRM only where the base's top-2 margin is below it) and ``base_reads`` (the base model
+    reads the preference too, as the official code and the study do, or the chat as sent: "plain")
+    are the server's."""
 
     def __init__(self, model: str, prm: str, served_name: str | None = None, k: int = 10, w: float = 1.0,
-                 margin: float | None = None, max_batch_size: int = 8, batch_wait_timeout_s: float = 0.01,
-                 default_max_tokens: int = 64, device: str = "auto", dtype: str = "auto"):
+                 margin: float | None = None, base_reads: str = "preference", max_batch_size: int = 8,
+                 batch_wait_timeout_s: float = 0.01, default_max_tokens: int = 64, device: str = "auto",
+                 dtype: str = "auto"):
         from ..llm.model import load_pretrained
 
         if k < 1 or w < 0:
             raise ValueError(f"PAD needs k >= 1 and w >= 0, got k={k}, w={w}")
+        if base_reads not in ("preference", "plain"):
+            raise ValueError(f"base_reads: 'preference' or 'plain', got {base_reads!r}")
+        self.base_reads = base_reads
         self._setup(model, served_name, max_batch_size, batch_wait_timeout_s, default_max_tokens, device, dtype)
         self.prm = _place(load_pretrained(_resolve_model_dir(prm))[0], self.where)
         if self.prm.get_input_embeddings().weight.shape[0] != self.model.get_input_embeddings().weight.shape[0]:
@@ -290,8 +296,8 @@ class PADGenerator(_Decoder):
             req = parse(PADChatRequest, await request.body())
             self._check_model(req.model)
             messages = [m.model_dump() for m in req.messages]
-            ids = self._chat_ids(messages)
             prm_ids = self._chat_ids(personalised_messages(messages, preference_text(req.preference)))
+            ids = prm_ids if self.base_reads == "preference" else self._chat_ids(messages)
             params = self._params(req, len(prm_ids), req.token_limit(self.default_max_tokens))
         except APIError as exc:
             return _error(exc)
@@ -638,7 +644,7 @@ GENERATION_ARGS = ("model", "served_name", "decoding", "max_batch_size", "batch_
                    *PLACEMENT_ARGS)
 EMBEDDING_ARGS = ("model", "served_name", "max_batch_size", "batch_wait_timeout_s", "alpha", "prompt", "rw",
                   *PLACEMENT_ARGS)
-PAD_ARGS = ("model", "prm", "served_name", "k", "w", "margin", "max_batch_size", "batch_wait_timeout_s",
+PAD_ARGS = ("model", "prm", "served_name", "k", "w", "margin", "base_reads", "max_batch_size", "batch_wait_timeout_s",
             "default_max_tokens", *PLACEMENT_ARGS)
 
 

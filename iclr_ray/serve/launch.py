@@ -102,6 +102,8 @@ def check_app_args(app: str, args: dict[str, Any]) -> None:
             raise ConfigError("serve pad needs --prm: the personalised reward model (a pad run's "
                               "tune/prm/*/train/checkpoint_*/model, or a folder holding one)")
         check_model(app, args["prm"], "--prm")
+        if args.get("base_reads", "preference") not in ("preference", "plain"):
+            raise ConfigError(f"base_reads: 'preference' (the official setup) or 'plain', got {args['base_reads']!r}")
         path = Path(args["prm"]).expanduser()
         if path.is_dir() and not (path / "config.json").is_file():
             found = list(path.rglob("checkpoint_*/model/config.json"))

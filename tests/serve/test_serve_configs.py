@@ -109,6 +109,8 @@ def test_serve_pad_refuses_a_folder_holding_several_prms(tmp_path):
     with pytest.raises(ConfigError, match="holds 2 model checkpoints"):
         launch.check_app_args("pad", {"model": str(ckpt), "prm": str(tmp_path)})
     launch.check_app_args("pad", {"model": str(ckpt), "prm": str(tmp_path / "seed0-real")})  # one: fine
+    with pytest.raises(ConfigError, match="base_reads: 'preference'"):
+        launch.check_app_args("pad", {"model": str(ckpt), "prm": str(tmp_path / "seed0-real"), "base_reads": "both"})
 
 
 def test_serve_cli_rejects_a_directory_without_a_checkpoint(tmp_path):

@@ -53,6 +53,9 @@ def fake_metrics(n=12, seeds=(0, 1), pad_reply=_styled, shuffled_reply=None, gat
             if kind == "real":
                 for p in prefs:
                     pad[p]["nll"] = (1.0 + pad_nll + rng.normal(0, 0.1, n)).tolist()
+                # the other form of PAD (the base reads the plain query): half its replies styled
+                r["pad_variant"] = {p: {**_rec([_styled(p, rng) if i % 2 else t for i, t in enumerate(base_texts)]),
+                                        "nll": (1.1 + rng.normal(0, 0.1, n)).tolist()} for p in TRAINED}
                 r["prm_direct"] = {p: {**_rec([(direct_reply or (lambda q, g: _base_reply(g)))(p, rng)
                                                for _ in queries]), "nll": (1.3 + rng.normal(0, 0.1, n)).tolist()}
                                    for p in TRAINED}
@@ -62,7 +65,8 @@ def fake_metrics(n=12, seeds=(0, 1), pad_reply=_styled, shuffled_reply=None, gat
                     r["gated"][p] = _rec(pad[p]["texts"], seconds=gated_seconds + 0.05 * rng.random(), calls=3,
                                          steps=10)
                 if s == seeds[0]:  # the weight sweep, on the dev queries (here: replies like the evaluation ones)
-                    dev = {"queries": [f"d{i}" for i in range(n)], "on": "dev", "base": list(base_texts),
+                    dev = {"queries": [f"d{i}" for i in range(n)], "on": "dev",
+                           "base": {p: list(base_texts) for p in TRAINED},
                            "sweep": {p: {"0.0": list(base_texts), "k1": list(base_texts),
                                          "1.0": [_styled(p, rng) for _ in queries], "2.0": pad[p]["texts"]}
                                      for p in TRAINED}}
@@ -79,7 +83,7 @@ def fake_metrics(n=12, seeds=(0, 1), pad_reply=_styled, shuffled_reply=None, gat
             "base": {"base": {**_rec(base_texts), "nll": (1.0 + rng.normal(0, 0.1, n)).tolist()},
                      "prompting": {p: {**r, "nll": (1.1 + rng.normal(0, 0.1, n)).tolist()} for p, r in prompting.items()}},
             "prms": prms,
-            "settings": {"k": 10, "w": 1.0, "w_chosen": "dev", "margin": 2.0, "w_grid": [0.0, 1.0, 2.0], "best_of_n": 4,
+            "settings": {"k": 10, "w": 1.0, "w_chosen": "dev", "base_reads": "preference", "margin": 2.0, "w_grid": [0.0, 1.0, 2.0], "best_of_n": 4,
                          "max_tokens": 32}}
 
 
@@ -187,3 +191,30 @@ def test_the_fluency_guard_and_the_prm_decoded_alone():
         assert c[f"fluency_kept_{d}"].holds is False and c[f"beats_prm_direct_{d}"].holds is not True, d
     text = analysis.report_md(fake_metrics(), None)
     assert "the PRM decoded alone" in text and "base NLL / token" in text
+
+
+def test_the_identities_compare_with_the_base_on_the_prompt_it_reads():
+    """Where PAD's base reads the personalised prompt, w = 0 and k = 1 must give the base's greedy
+    replies on that prompt, one reference per preference: a sweep whose w = 0 replies are the plain
+    query's replies fails the check once that reference differs."""
+    m = fake_metrics()
+    c = _by_id(analysis.claims(m, None))
+    assert c["w0_is_base"].holds is True and c["k1_is_base"].holds is True
+    rng = np.random.default_rng(5)
+    m["dev"]["base"]["excited"] = [_styled("excited", rng) for _ in m["dev"]["queries"]]  # prompting's replies
+    c = _by_id(analysis.claims(m, None))
+    assert c["w0_is_base"].holds is False and c["k1_is_base"].holds is False
+    assert c["w0_is_base"].measured == pytest.approx(2 / 3)  # the other two preferences still match
+
+
+def test_the_other_base_prompt_is_reported_as_a_variant():
+    m = fake_metrics()
+    rows = {(r["preference"], r["method"]): r for r in analysis.alignment_table(m)}
+    assert rows[("excited", "pad")]["label"] == "PAD (base reads the preference (official))"
+    assert rows[("excited", "pad_variant")]["label"] == "PAD, base reads the plain query"
+    assert rows[("excited", "pad_variant")]["est"].value < rows[("excited", "pad")]["est"].value
+    assert "the personalised prompt" in analysis.report_md(m, None)
+    m["settings"]["base_reads"] = "plain"
+    rows = {(r["preference"], r["method"]): r for r in analysis.alignment_table(m)}
+    assert rows[("excited", "pad_variant")]["label"] == "PAD, base reads the preference (official)"
+    assert "prompting and this measures" not in _by_id(analysis.claims(m, None))["beats_prompting_simple"].note

@@ -113,9 +113,9 @@ def test_the_pad_app_serves_the_trained_prm(smoke_run, wait_serving):
 
         def local(msgs, pref):
             (pers,) = personalised_messages(msgs, pdata.preference_text(pref))
-            ids, prm_ids = chat_ids(tok, msgs[0]["content"]), chat_ids(tok, pers["content"])
+            prm_ids = chat_ids(tok, pers["content"])  # the base reads the preference too (the official setup)
             strat = PADStrategy(prm.eval(), [prm_ids], k=5, w=4.0, pad_id=tok.pad_token_id)
-            return generate(base.eval(), tok, [ids], [SamplingParams(max_tokens=6, temperature=0)], strat)[0][0]
+            return generate(base.eval(), tok, [prm_ids], [SamplingParams(max_tokens=6, temperature=0)], strat)[0][0]
 
         def body(msgs, pref):
             return {"model": "pad-smoke", "messages": msgs, "preference": pref, "max_tokens": 6, "temperature": 0}

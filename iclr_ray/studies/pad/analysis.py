@@ -115,12 +115,13 @@ def throughput(metrics: dict[str, Any], kind: str = "real") -> dict[str, np.ndar
 
 def identity_share(metrics: dict[str, Any], key: str) -> float:
     """The share of (preference, query) replies of the first seed's PRM at ``key`` (the w = 0
-    entry of the sweep, or k1) identical to the base model's greedy replies on the same queries."""
+    entry of the sweep, or k1) identical to the base model's greedy replies on the same queries and
+    the same prompt (the personalised one where PAD's base reads the preference)."""
     dev = metrics.get("dev") or {}
-    base = dev.get("base", [])
     same, n = 0, 0
-    for sweep in dev.get("sweep", {}).values():
-        if key in sweep:
+    for name, sweep in dev.get("sweep", {}).items():
+        base = dev.get("base", {}).get(name, [])
+        if key in sweep and base:
             same += sum(a == b for a, b in zip(sweep[key], base))
             n += len(base)
     return same / n if n else math.nan
@@ -161,7 +162,10 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
             f"beats_prompting_{d}", f"PAD raises the alignment to '{d}' over preference prompting "
                                    "('beats' read as > 0)",
             paired_difference(pad, method_scores(metrics, "prompting", d)), 0.0,
-            note="the paper's Table 2 (reviewers: prompting is the strong cheap baseline)", source="paper-read"))
+            note="the paper's Table 2 (reviewers: prompting is the strong cheap baseline)"
+                 + ("; PAD's base reads the same personalised prompt, so PAD at w = 0 is prompting and this "
+                    "measures what the PRM adds" if base_reads(metrics) == "preference" else ""),
+            source="paper-read"))
         direct = method_scores(metrics, "prm_direct", d)
         if np.isfinite(direct).any():
             out.append(Claim.above(
@@ -212,7 +216,8 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
             _ratio(tp["gated"], tp["pad"]), 1.0,
             note="the practitioners' fix for PAD's cost (a PRM call per token); unit: a timed decode of "
                  "every held-out query (PRM seed x preference)", source="ours"))
-    out.append(Claim.at_least("w0_is_base", "w = 0 gives exactly the base model's greedy replies (the sweep's queries)",
+    out.append(Claim.at_least("w0_is_base", "w = 0 gives exactly the base model's greedy replies on the prompt it "
+                                            "reads (the sweep's queries)",
                               exact(identity_share(metrics, "0.0")), 1.0, check=True))
     out.append(Claim.at_least("k1_is_base", "k = 1 makes PAD a no-op (the base's greedy replies)",
                               exact(identity_share(metrics, "k1")), 1.0, check=True))
@@ -226,8 +231,15 @@ def _ci(e: Estimate) -> str:
 
 
 METHODS = (("base", "base decoding"), ("prompting", "preference prompting"), ("bon", "Best-of-N"),
-           ("prm_direct", "the PRM decoded alone"), ("pad", "PAD"), ("gated", "PAD, gated"),
-           ("pad_shuffled", "PAD, shuffled-label PRM"))
+           ("prm_direct", "the PRM decoded alone"), ("pad", "PAD"), ("pad_variant", "PAD, {other}"),
+           ("gated", "PAD, gated"), ("pad_shuffled", "PAD, shuffled-label PRM"))
+
+BASE_READS = {"preference": "base reads the preference (official)", "plain": "base reads the plain query"}
+
+
+def base_reads(metrics: dict[str, Any]) -> str:
+    """What PAD's base model read in this run (runs before the setting: the plain query)."""
+    return metrics["settings"].get("base_reads", "plain")
 
 
 def alignment_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
@@ -243,7 +255,12 @@ def alignment_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
             else:
                 x = method_scores(metrics, key, name)
             if np.isfinite(x).any():
-                nll = method_nll(metrics, key, name) if key in ("base", "prompting", "pad", "prm_direct") else None
+                nll = method_nll(metrics, key, name) if key in ("base", "prompting", "pad", "prm_direct",
+                                                                "pad_variant") else None
+                mine = base_reads(metrics)
+                label = label.format(other=BASE_READS["plain" if mine == "preference" else "preference"])
+                if key == "pad":
+                    label = f"PAD ({BASE_READS[mine]})"
                 rows.append({"preference": name, "method": key, "label": label, "est": mean(x),
                              "nll": None if nll is None or not np.isfinite(nll).any() else mean(nll[np.isfinite(nll)])})
     return rows
@@ -261,7 +278,9 @@ def report_md(metrics: dict[str, Any], cfg) -> str:
                       f"`{t.get('model', '-')}`"]
                      for t in metrics["training"]]), ""]
     parts += [f"## Alignment on {len(metrics['queries'])} held-out queries (rule score, mean and 95% interval "
-              f"over queries; PAD k = {s['k']}, w = {s['w']:g}, greedy, {s['max_tokens']} tokens)", "",
+              f"over queries; PAD k = {s['k']}, w = {s['w']:g}, greedy, {s['max_tokens']} tokens; PAD's base model "
+              f"reads {'the personalised prompt' if base_reads(metrics) == 'preference' else 'the plain query'})",
+              "",
               table(["preference", "method", "alignment", "base NLL / token"],
                     [[r["preference"], r["label"], _ci(r["est"]), "-" if r["nll"] is None else _ci(r["nll"])]
                      for r in alignment_table(metrics)]), "",

@@ -6,7 +6,7 @@ decoding, preference prompting and Best-of-N on 24 held-out queries about unseen
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import Field, FilePath, model_validator
 
@@ -71,6 +71,11 @@ class Decode(Section):
     it, as the paper evaluates; a preference the study has a rule for is scored by the rule"""
     k: int = Field(10, ge=1)
     """PAD's top-k (the official configs: 10)"""
+    base_reads: Literal["preference", "plain"] = "preference"
+    """the prompt PAD's base model reads: "preference", the personalised prompt the PRM reads too
+    (the official PAD.py / collect_model_outs.py); "plain", the query alone (this study's earlier
+    form). The other form is decoded beside it on the trained preferences and reported as a
+    variant. Base decoding (the baseline) always reads the plain query."""
     w: Optional[float] = Field(None, ge=0)
     """PAD's weight for the claims; None: the weight of ``w_grid`` with the best mean alignment on the
     dev queries (first seed's PRM; ties: the smaller), as the official code tunes it; a number fixes

@@ -157,6 +157,12 @@ def _load_pair(source: str, prm_source: str):
     return base, prm, tok
 
 
+def base_prompt(dec: dict[str, Any], pref_text: str) -> str | None:
+    """The preference text PAD's base model reads before the query (``decode.base_reads``): the
+    PRM's own under the official setup, none for the plain query."""
+    return pref_text if dec["base_reads"] == "preference" else None
+
+
 def prm_task(source: str, prm_source: str, queries: list[str], prefs: dict[str, str], dec: dict[str, Any],
              candidates: list[list[str]] | None, timed: list[str]) -> dict[str, Any]:
     """What one PRM decides: PAD at w for every preference in ``prefs`` (all queries in one batch)
@@ -169,41 +175,53 @@ def prm_task(source: str, prm_source: str, queries: list[str], prefs: dict[str, 
 
     base, prm, tok = _load_pair(source, prm_source)
     m, k, w = dec["max_tokens"], dec["k"], dec["w"]
-    out: dict[str, Any] = {"pad": {}, "prm_direct": {}, "bon": {}, "gated": {}, "pad_single": {}, "sweep": {}}
+    out: dict[str, Any] = {"pad": {}, "pad_variant": {}, "prm_direct": {}, "bon": {}, "gated": {}, "pad_single": {}}
     if timed:
         out["base_single"] = decode_queries(base, tok, queries, m, one_at_a_time=True).record()
     for name, text in prefs.items():
-        out["pad"][name] = decode_queries(base, tok, queries, m, prm=prm, prm_pref_text=text, k=k, w=w).record()
+        out["pad"][name] = decode_queries(base, tok, queries, m, pref_text=base_prompt(dec, text), prm=prm,
+                                          prm_pref_text=text, k=k, w=w).record()
         out["pad"][name]["nll"] = reply_nll(base, tok, queries, out["pad"][name]["texts"])
         if name in timed:  # the trained preferences of a real PRM
             out["prm_direct"][name] = decode_queries(prm, tok, queries, m, pref_text=text).record()
             out["prm_direct"][name]["nll"] = reply_nll(base, tok, queries, out["prm_direct"][name]["texts"])
+            other = {**dec, "base_reads": "plain" if dec["base_reads"] == "preference" else "preference"}
+            out["pad_variant"][name] = decode_queries(base, tok, queries, m, pref_text=base_prompt(other, text),
+                                                      prm=prm, prm_pref_text=text, k=k, w=w).record()
+            out["pad_variant"][name]["nll"] = reply_nll(base, tok, queries, out["pad_variant"][name]["texts"])
         if candidates is not None:
             rewards = sequence_reward(prm, base, tok, queries, candidates, text)
             out["bon"][name] = {"texts": best_of_n(candidates, rewards), "rewards": rewards}
         if name in timed:
             for key, margin in (("pad_single", None), ("gated", dec["margin"])):
-                out[key][name] = decode_queries(base, tok, queries, m, prm=prm, prm_pref_text=text, k=k, w=w,
-                                                margin=margin, one_at_a_time=True).record()
+                out[key][name] = decode_queries(base, tok, queries, m, pref_text=base_prompt(dec, text), prm=prm,
+                                                prm_pref_text=text, k=k, w=w, margin=margin,
+                                                one_at_a_time=True).record()
     return out
 
 
 def sweep_task(source: str, prm_source: str, queries: list[str], prefs: dict[str, str],
                dec: dict[str, Any]) -> dict[str, Any]:
-    """The weight sweep on ``queries`` (the dev queries): the base's greedy replies, and PAD at every
-    weight of ``w_grid`` for each preference, with k = 1 for the first: {"base": replies, "sweep":
+    """The weight sweep on ``queries`` (the dev queries): per preference, the base's greedy replies
+    on the prompt PAD's base reads (the w = 0 and k = 1 identities' reference), and PAD at every
+    weight of ``w_grid``, with k = 1 for the first: {"base": {preference: replies}, "sweep":
     {preference: {str(w) or "k1": replies}}}."""
     from .evaluate import decode_queries
 
     base, prm, tok = _load_pair(source, prm_source)
+    m = dec["max_tokens"]
     out: dict[str, dict[str, list[str]]] = {}
+    greedy: dict[str, list[str]] = {}
+    plain = decode_queries(base, tok, queries, m).texts if dec["base_reads"] == "plain" else None
     for i, (name, text) in enumerate(prefs.items()):
-        out[name] = {str(float(x)): decode_queries(base, tok, queries, dec["max_tokens"], prm=prm, prm_pref_text=text,
+        bp = base_prompt(dec, text)
+        greedy[name] = plain if plain is not None else decode_queries(base, tok, queries, m, pref_text=bp).texts
+        out[name] = {str(float(x)): decode_queries(base, tok, queries, m, pref_text=bp, prm=prm, prm_pref_text=text,
                                                    k=dec["k"], w=x).texts for x in dec["w_grid"]}
         if i == 0:
-            out[name]["k1"] = decode_queries(base, tok, queries, dec["max_tokens"], prm=prm, prm_pref_text=text, k=1,
+            out[name]["k1"] = decode_queries(base, tok, queries, m, pref_text=bp, prm=prm, prm_pref_text=text, k=1,
                                              w=max(dec["w_grid"])).texts
-    return {"base": decode_queries(base, tok, queries, dec["max_tokens"]).texts, "sweep": out}
+    return {"base": greedy, "sweep": out}
 
 
 def choose_w(sweep: dict[str, dict[str, list[str]]], grid: list[float], score) -> float:
@@ -339,7 +357,7 @@ def reward_model_jobs(base: dict[str, Any], per_prm: list[dict[str, Any]], names
                 continue
             lists.append(base["prompting"][name]["texts"])
             for r in per_prm:
-                for key in ("pad", "prm_direct", "gated", "pad_single", "bon"):
+                for key in ("pad", "pad_variant", "prm_direct", "gated", "pad_single", "bon"):
                     if name in r.get(key, {}):
                         lists.append(r[key][name]["texts"])
         for texts in lists:
@@ -422,7 +440,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
             "pairs": summary, "seeds": sorted({p["seed"] for p in prms}), "training": training, "base": base,
             "prms": decoded, "rm_scores": rm_scores,
             "dev": {"queries": dev_queries, "on": "dev" if ctx.inputs.get("dev_queries") else "eval", **dev},
-            "settings": {"k": cfg.decode.k, "w": dec["w"], "w_chosen": how, "margin": cfg.decode.margin,
+            "settings": {"k": cfg.decode.k, "w": dec["w"], "w_chosen": how, "base_reads": cfg.decode.base_reads, "margin": cfg.decode.margin,
                          "w_grid": cfg.decode.w_grid, "best_of_n": cfg.decode.best_of_n,
                          "max_tokens": cfg.decode.max_tokens}}
 
@@ -445,8 +463,9 @@ def _decoding_flops(cfg: Config, base, prm, kinds: list[str], tokens: int) -> fl
     dev = (cfg.data.dev_queries or cfg.data.eval_queries) / cfg.data.eval_queries  # the sweep's queries
     flops += dev * ((len(dc.w_grid) * len(dc.preferences) + 1) * dec_pad + dec_b)  # the sweep (+ k = 1, the base)
     dec_prm = 2.0 * prm.params * tokens
-    for kind in kinds:  # real: PAD and Best-of-N's ranking per preference, the timed decoders, the PRM alone
-        flops += (dec_b + len(names) * (1 + dc.best_of_n) * dec_pad + 2 * len(dc.preferences) * dec_pad
+    for kind in kinds:  # real: PAD and Best-of-N's ranking per preference, the timed decoders, the other base
+        # prompt's PAD, the PRM alone
+        flops += (dec_b + len(names) * (1 + dc.best_of_n) * dec_pad + 3 * len(dc.preferences) * dec_pad
                   + len(dc.preferences) * dec_prm if kind == "real" else len(dc.preferences) * dec_pad)
     return flops
 
