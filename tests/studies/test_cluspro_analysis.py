@@ -60,3 +60,28 @@ def test_report_has_both_worlds_and_the_gains():
     md = A.report_md(_metrics(0.05, 0.0))
     assert "**multimodal** attributes" in md and "**unimodal** attributes" in md
     assert "Paired gain over CE" in md and "+0.05" in md
+
+
+def test_the_hsic_arm_is_claimed_on_its_own_and_can_fail():
+    """ClusPro with HSIC gets its own claims: a gain holds them; an HSIC arm no better than CE (the
+    negative control) fails them while the plain arm's still hold."""
+    m = _metrics(0.05, 0.0)
+    for w in m["worlds"]:
+        m["results"][w]["cluspro_hsic"] = {k: list(v) for k, v in m["results"][w]["cluspro"].items()}
+    m["methods"].append("cluspro_hsic")
+    v = _verdicts(m)
+    assert all(v[f"hsic_beats_{b}_{k}"] is True for b in ("ce", "single") for k in ("u", "hm", "auc"))
+    for w in m["worlds"]:
+        m["results"][w]["cluspro_hsic"] = {k: list(v) for k, v in m["results"][w]["ce"].items()}
+    v = _verdicts(m)
+    assert not any(v[f"hsic_beats_ce_{k}"] for k in ("u", "hm", "auc")) and v["beats_ce_auc"] is True
+
+
+def test_the_paper_preset_world_gets_the_claims():
+    """The official data (the paper preset) is claimed on as the multimodal world is."""
+    m = _metrics(0.05, 0.0)
+    m["results"] = {"official": m["results"]["multimodal"]}
+    m["worlds"] = ["official"]
+    c = {c.id: c for c in A.claims(m)}
+    assert c["beats_ce_auc"].holds is True and c["beats_ce_auc"].statement.startswith("The official data")
+    assert "gain_needs_multimodality" not in c

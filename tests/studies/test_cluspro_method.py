@@ -99,6 +99,26 @@ def test_the_prototype_loss_has_a_gradient_and_ce_has_no_memory():
     assert cl.head_a.fc.weight.grad.abs().sum() > 0
 
 
+def test_the_prototypes_leave_the_heads_statistics_and_dropout_alone():
+    """One training loss of a prototype method updates each head's BatchNorm statistics once (the
+    images), as ce's does, and the prototypes' path is deterministic (no dropout); the heads'
+    ordinary training-mode path (the negative control) moves the statistics and draws dropout."""
+    cl, seen = _model("cluspro", dropout=0.5)
+    ce, _ = _model("ce", dropout=0.5)
+    cl.train(), ce.train()
+    batch = _batch(seen)
+    cl.loss(*batch), ce.loss(*batch)
+    for head in ("head_a", "head_o"):
+        a, b = getattr(cl, head).bn, getattr(ce, head).bn
+        assert int(a.num_batches_tracked) == int(b.num_batches_tracked) == 1  # the images, once
+    protos = cl.attr_protos.flatten(0, 1)
+    stats = cl.head_a.bn.running_mean.clone()
+    assert torch.equal(cl.head_a.frozen(protos), cl.head_a.frozen(protos))
+    assert torch.equal(cl.head_a.bn.running_mean, stats)
+    assert not torch.equal(cl.head_a(protos), cl.head_a(protos))  # training mode: dropout differs
+    assert not torch.equal(cl.head_a.bn.running_mean, stats)
+
+
 def test_prototypes_cost_nothing_at_test_time():
     """ClusPro's inference path is CE's: the same parameters, and scores untouched by the memory."""
     cl, seen = _model("cluspro")

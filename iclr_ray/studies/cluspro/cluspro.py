@@ -154,6 +154,16 @@ class Disentangler(nn.Module):
     def forward(self, x):
         return F.dropout(F.relu(self.bn(self.fc(x))), self.p, self.training)
 
+    def frozen(self, x):
+        """The head as at test time whatever the mode: BatchNorm on its running statistics (left
+        as they are) and no dropout. The prototypes go through it: in training mode they would
+        update the statistics every image is normalised with at test time, and put dropout noise
+        on the contrastive targets, in the prototype methods only (a confound of every comparison
+        with ce). Gradients still reach the linear layer and BatchNorm's affine weights."""
+        bn = self.bn
+        return F.relu(F.batch_norm(self.fc(x), bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0,
+                                   bn.eps))
+
 
 def encoder(kind: str, d: int, in_dim: int, side: int) -> nn.Module:
     """The image encoder standing in for CLIP + adapters: ``cnn`` (two conv-pool stages on a
@@ -233,11 +243,15 @@ class CZSL(nn.Module):
         comp = self.text_c(torch.cat([ea[pairs[:, 0]], eo[pairs[:, 1]]], -1))
         return F.normalize(comp, dim=-1), F.normalize(self.text_a(ea), dim=-1), F.normalize(self.text_o(eo), dim=-1)
 
-    def logits(self, v, ha, ho, pairs):
+    def logits(self, v, ha, ho, pairs, heads: bool = False):
+        """Composition, attribute and object logits; ``heads``: also the unit head outputs of the
+        attribute and object paths (the prototype loss reads the same ones, one pass through each
+        head a step: a second would update BatchNorm's statistics twice and draw new dropout)."""
         scale = self.logit_scale.clamp(max=math.log(100.0)).exp()
         tc, ta, to = self.text(pairs)
         img = [F.normalize(v, dim=-1), F.normalize(self.head_a(ha), dim=-1), F.normalize(self.head_o(ho), dim=-1)]
-        return scale * img[0] @ tc.T, scale * img[1] @ ta.T, scale * img[2] @ to.T
+        out = scale * img[0] @ tc.T, scale * img[1] @ ta.T, scale * img[2] @ to.T
+        return (*out, img[1], img[2]) if heads else out
 
     @torch.no_grad()
     def pair_scores(self, x: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
@@ -256,7 +270,7 @@ class CZSL(nn.Module):
         update of the memory and ``weight`` x the prototype contrastive loss (plus HSIC).
         ``reduce`` sums the memory's per-prototype statistics over workers (None: one worker)."""
         v, ha, ho = self.features(x)
-        comp, la, lo = self.logits(v, ha, ho, self.train_pairs)
+        comp, la, lo, za, zo = self.logits(v, ha, ho, self.train_pairs, heads=True)
         loss = F.cross_entropy(comp, pair_ids, reduction="sum") + F.cross_entropy(la, attrs, reduction="sum") \
             + F.cross_entropy(lo, objs, reduction="sum")
         if not self.uses_prototypes or not self.training:
@@ -264,8 +278,7 @@ class CZSL(nn.Module):
         ya = self.assign_and_update("attr_protos", ha, attrs, reduce)
         yo = self.assign_and_update("obj_protos", ho, objs, reduce)
         pa, po = self.attr_protos.flatten(0, 1), self.obj_protos.flatten(0, 1)
-        za, zo = F.normalize(self.head_a(ha), dim=-1), F.normalize(self.head_o(ho), dim=-1)
-        ga, go = F.normalize(self.head_a(pa), dim=-1), F.normalize(self.head_o(po), dim=-1)
+        ga, go = F.normalize(self.head_a.frozen(pa), dim=-1), F.normalize(self.head_o.frozen(po), dim=-1)
         # each path against every prototype, its own primitive type's first (so its label indexes them)
         con = F.cross_entropy(za @ torch.cat([ga, go]).T / TEMPERATURE, ya, reduction="sum") + \
             F.cross_entropy(zo @ torch.cat([go, ga]).T / TEMPERATURE, yo, reduction="sum")

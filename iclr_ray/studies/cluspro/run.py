@@ -398,12 +398,12 @@ def plan(cfg: Config) -> list:
         total = 0
         for c in net.models:
             v, ha, ho = c.features(x)
-            comp, la, lo = c.logits(v, ha, ho, c.train_pairs)
+            comp, la, lo, za, zo = c.logits(v, ha, ho, c.train_pairs, heads=True)
             total = total + F.cross_entropy(comp, y) + F.cross_entropy(la, y) + F.cross_entropy(lo, y)
             if c.uses_prototypes:
-                z = [F.normalize(c.head_a(ha), dim=-1), F.normalize(c.head_o(ho), dim=-1)]
-                g = [F.normalize(c.head_a(c.attr_protos.flatten(0, 1)), dim=-1),
-                     F.normalize(c.head_o(c.obj_protos.flatten(0, 1)), dim=-1)]
+                z = [za, zo]
+                g = [F.normalize(c.head_a.frozen(c.attr_protos.flatten(0, 1)), dim=-1),
+                     F.normalize(c.head_o.frozen(c.obj_protos.flatten(0, 1)), dim=-1)]
                 total = total + c.weight * (F.cross_entropy(z[0] @ torch.cat(g).T / TEMPERATURE, y)
                                             + F.cross_entropy(z[1] @ torch.cat(g[::-1]).T / TEMPERATURE, y))
         return total
