@@ -111,7 +111,7 @@ def test_sum_weights_and_modes():
     e3 = lambda f: f.fp(torch.tensor([3, 6, 10])).mean(0)  # noqa: E731
     f = _fusion("sum")
     out = f(ids, fp)
-    assert torch.allclose(out[0, 0], e1(f)[0, 0])  # no identifier: (1, 0)
+    assert torch.allclose(out[0, 0], 0.5 * e1(f)[0, 0])  # no identifier: 0.5 E_1D, as the official code
     assert torch.allclose(out[0, 1], 0.5 * e1(f)[0, 1] + 0.5 * e3(f))
     f = _fusion("3d")
     assert torch.allclose(f(ids, fp)[0, 1], e3(f)) and torch.allclose(f(ids, fp)[0, 0], e1(f)[0, 0])
@@ -167,6 +167,17 @@ def test_shuffled_assignment_stays_within_a_size_and_moves_every_molecule():
     assert all(groups[p] == groups[i] for i, p in enumerate(perm))
     assert all(p != i for i, p in enumerate(perm) if groups.count(groups[i]) > 1)
     assert perm[5] == 5  # alone in its size
+
+
+def test_the_shuffled_controls_fixed_points_leave_validation_and_test():
+    from iclr_ray.studies.molt5_3d.run import split_without_fixed_points
+
+    groups = [3, 3, 5, 5, 5, 7, 9, 9, 11]  # molecules 5 and 8 are alone in their size
+    perm = M.shuffled_assignment(groups, np.random.default_rng(0))
+    split = {"train": np.array([0, 1, 8]), "valid": np.array([2, 5]), "test": np.array([3, 4, 6, 7])}
+    kept, count = split_without_fixed_points(perm, split)
+    assert count == {"total": 2, "train": 1, "valid": 1, "test": 0}
+    assert kept["train"].tolist() == [0, 1, 8] and kept["valid"].tolist() == [2] and kept["test"].tolist() == [3, 4, 6, 7]
 
 
 def test_numbers_round_trip_through_text():

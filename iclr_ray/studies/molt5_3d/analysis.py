@@ -60,6 +60,11 @@ def report_md(metrics: dict[str, Any], cfg=None) -> str:
              f"{sum(metrics['dropped'].values())}), split {metrics['split']}; SELFIES vocabulary "
              f"{metrics['vocab_size']} tokens, {metrics['mean_tokens']:.1f} SELFIES tokens per molecule; "
              f"{metrics['pretrain_steps']} span-corruption steps before fine-tuning; {n} seeds.", ""]
+    u = metrics.get("unshuffled")
+    if u:
+        lines += [f"Shuffled control: {u['total']} molecules are alone in their atom count and keep their own "
+                  f"conformer there ({u['train']} in training, counted; {u['valid'] + u['test']} left out of "
+                  "validation and test for every variant).", ""]
     head = ["variant", *[f"{t} MAE" for t in targets], "unreadable answers"]
     rows = []
     for v in variants:

@@ -8,8 +8,9 @@
   -1 on every token that is not an atom (branches, rings and their index symbols).
 - :class:`Fusion` / :class:`MolT5`: a T5 whose encoder input is ``c1 E_1D(token) + c3 E_3D(fp)``
   with a separate 3D table (row 0 = no identifier, zero and never updated), the 3D embedding the
-  mean over the levels; (c1, c3) = (0.5, 0.5) where a token has both, (1, 0) where it has no 3D
-  identifier; "concat" puts an MLP (2d -> 4d -> d) over the two instead.
+  mean over the levels; (c1, c3) = (0.5, 0.5) on every token, as the official code weighs the
+  whole sequence (a token without an identifier gets 0.5 E_1D); "concat" puts an MLP
+  (2d -> 4d -> d) over the two instead.
 - :func:`span_corrupt`: T5's span corruption (15% of the tokens, mean span 3) over a molecule's
   tokens with their 3D identifiers masked alike: the pretraining objective used here.
 - Text regression: a property as a fixed-point number the decoder writes (:func:`format_value`,
@@ -233,7 +234,8 @@ class Fusion(nn.Module):
     ``bits + 1`` rows (an identifier id is row id + 1; row 0, no identifier, is zero and gets no
     gradient), the 3D embedding the mean over the levels.
 
-    - ``sum``: c1 E_1D + c3 E_3D, (c1, c3) = (0.5, 0.5) on tokens with identifiers, (1, 0) elsewhere;
+    - ``sum``: 0.5 E_1D + 0.5 E_3D on every token (E_3D is zero where a token has no identifier), as
+      the official code fuses the whole sequence;
     - ``1d``: E_1D only (the 1D-only model: the identifiers are never read);
     - ``3d``: (0, 1) on tokens with identifiers, (1, 0) elsewhere (fed the atoms-only view);
     - ``concat``: MLP([E_1D, E_3D]) (2d -> 4d -> d) on tokens with identifiers, E_1D elsewhere."""
@@ -257,8 +259,9 @@ class Fusion(nn.Module):
         e3 = self.fp(fp + 1).mean(-2)
         if self.mode == "concat":
             return torch.where(has, self.mlp(torch.cat([e1, e3], -1)), e1)
-        c1, c3 = (0.5, 0.5) if self.mode == "sum" else (0.0, 1.0)
-        return torch.where(has, c1 * e1 + c3 * e3, e1)
+        if self.mode == "sum":
+            return 0.5 * e1 + 0.5 * e3
+        return torch.where(has, e3, e1)
 
 
 def t5_config(vocab_size: int, d_model: int, d_ff: int, layers: int, heads: int, dropout: float):

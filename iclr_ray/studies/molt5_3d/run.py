@@ -404,6 +404,16 @@ DECIMALS = {"homo": 2, "lumo": 2, "gap": 2, "rg": 2, "atoms": 0}
 """the text form of each target: eV and Angstrom to 0.01, the atom count whole"""
 
 
+def split_without_fixed_points(perm: np.ndarray, split: dict[str, np.ndarray]
+                               ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """The split with the shuffled control's fixed points (``perm[m] == m``: molecules it could
+    not shuffle) removed from validation and test, and how many there are in all and per part
+    (those in training stay: counted)."""
+    fixed = np.asarray(perm) == np.arange(len(perm))
+    out = {k: (np.asarray(v) if k == "train" else np.asarray(v)[~fixed[np.asarray(v)]]) for k, v in split.items()}
+    return out, {"total": int(fixed.sum()), **{k: int(fixed[np.asarray(v)].sum()) for k, v in split.items()}}
+
+
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     from .molt5 import shuffled_assignment, vocabulary
 
@@ -414,11 +424,18 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     if len(records) <= cfg.data.valid + cfg.data.test:
         raise RuntimeError(f"only {len(records)} molecules tokenised, too few for the split")
     tr, va, te = D.split_indices(len(records), cfg.data.valid, cfg.data.test, cfg.data.seed)
-    split = {"train": tr, "valid": va, "test": te}
     targets = list(cfg.train.targets)
     vocab = vocabulary(sorted({t for r in records for t in r["tokens"]}), targets)
     n_atoms = [int((np.asarray(r["fp"]) >= 0).any(1).sum()) for r in records]
     perm = shuffled_assignment(n_atoms, np.random.default_rng(cfg.data.seed + 11))
+    # a molecule alone in its atom-count group keeps its own conformer in the shuffled control:
+    # counted, and left out of validation and test for every variant (they stay paired)
+    kept, unshuffled = split_without_fixed_points(perm, {"train": tr, "valid": va, "test": te})
+    split = kept
+    tr, va, te = kept["train"], kept["valid"], kept["test"]
+    if unshuffled["total"]:
+        ctx.say("shuffled control: %d molecules alone in their atom count keep their own conformer (%d of them "
+                "left out of validation and test)", unshuffled["total"], unshuffled["valid"] + unshuffled["test"])
     train_values = [float(np.mean([records[i]["props"][t] for i in tr])) for t in targets]
     recipe_cfg = {"targets": targets, "decimals": {t: DECIMALS[t] for t in targets}, "perm": perm.tolist(),
                   "level": cfg.tokens.level, "bits": cfg.tokens.bits, "variants": list(cfg.train.variants),
@@ -446,6 +463,7 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     for v in variants:
         ctx.log(stage="variant", variant=v, **{f"test_mae_{t}": float(np.mean(test[v][t])) for t in targets})
     return {"n_molecules": len(records), "dropped": dropped, "split": {k: int(len(x)) for k, x in split.items()},
+            "unshuffled": unshuffled,
             "targets": targets, "variants": variants, "seeds": [s["seed"] for s in specs],
             "vocab_size": len(vocab), "mean_tokens": float(np.mean([len(r["tokens"]) for r in records])),
             "test_mae": test, "test_medae": median, "test_invalid": invalid, "valid_curves": curves,
