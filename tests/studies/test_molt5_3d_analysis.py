@@ -8,14 +8,14 @@ from iclr_ray.studies.molt5_3d import analysis as AN
 from iclr_ray.studies.molt5_3d import plots as P
 
 TARGETS = ["homo", "lumo", "gap", "rg", "atoms"]
-VARIANTS = ["1d", "3d", "sum", "concat", "shuffled"]
+VARIANTS = ["1d", "3d", "sum", "concat", "shuffled", "ecfp"]
 
 
-def metrics(sum_scale=0.8, shuffled_scale=1.0, rg_scale=None, atoms_scale=None, seeds=4):
+def metrics(sum_scale=0.8, shuffled_scale=1.0, rg_scale=None, atoms_scale=None, seeds=4, ecfp_scale=0.95):
     """1D-only MAEs per seed, the other variants as multiples of them (with per-seed jitter)."""
     rng = np.random.default_rng(0)
     base = {"homo": 0.3, "lumo": 0.4, "gap": 0.5, "rg": 0.1, "atoms": 0.5}
-    scale = {"1d": 1.0, "3d": 1.1, "sum": sum_scale, "concat": 0.9, "shuffled": shuffled_scale}
+    scale = {"1d": 1.0, "3d": 1.1, "sum": sum_scale, "concat": 0.9, "shuffled": shuffled_scale, "ecfp": ecfp_scale}
     test = {}
     for v in VARIANTS:
         test[v] = {}
@@ -41,7 +41,7 @@ def _by_id(m):
 
 def test_every_claim_holds_where_the_effect_is_there():
     c = _by_id(metrics(sum_scale=0.8, shuffled_scale=1.0, rg_scale=0.6, atoms_scale=1.0))
-    assert set(c) == {"beats_1d", "geometry_gain_larger", "real_3d_beats_shuffled"}
+    assert set(c) == {"beats_1d", "geometry_gain_larger", "real_3d_beats_shuffled", "e3fp_beats_ecfp"}
     assert all(x.holds is True for x in c.values())
     assert c["beats_1d"].measured == pytest.approx(0.2, abs=0.02)
     assert c["geometry_gain_larger"].measured == pytest.approx(0.4, abs=0.03)
@@ -76,3 +76,12 @@ def test_report_and_figures_draw_from_the_metrics():
     assert set(figs) == {"mae_by_variant", "learning_curves"}
     for f in figs.values():
         plt.close(f)
+
+
+def test_the_2d_control_separates_the_conformer_from_more_tokens():
+    """E3FP well below ECFP holds; ECFP as good as E3FP (the gain over 1D was substructure tokens,
+    not 3D: the negative control) does not, while beats_1d still holds."""
+    assert _by_id(metrics(sum_scale=0.8, ecfp_scale=0.95))["e3fp_beats_ecfp"].holds is True
+    c = _by_id(metrics(sum_scale=0.8, ecfp_scale=0.8))
+    assert c["e3fp_beats_ecfp"].holds is not True and c["beats_1d"].holds is True
+    assert c["e3fp_beats_ecfp"].source == "ours"

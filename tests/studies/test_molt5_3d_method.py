@@ -63,6 +63,22 @@ def test_identifiers_are_deterministic_for_a_conformer_and_see_geometry():
             break
     assert other is not None and other.tokens == a.tokens
     assert (other.fp[:, 0] == a.fp[:, 0]).all()
+    # the 2D control's Morgan identifiers: on the same atom tokens, and blind to the conformer
+    assert (((a.fp2d >= 0).all(1)) == ((a.fp >= 0).all(1))).all() and (other.fp2d == a.fp2d).all()
+
+
+def test_morgan_identifiers_see_topology_only():
+    """Topologically equivalent atoms share every level's identifier (the two methyls of propan-2-ol);
+    atoms that differ at radius 1 differ from level 1 on, not at level 0 when their invariants agree."""
+    from rdkit import Chem
+
+    mol = Chem.MolFromSmiles("CC(C)O")
+    ids = M.morgan_levels(mol, level=3)
+    assert set(ids) == {0, 1, 2, 3} and all(len(v) == 4 for v in ids.values())
+    assert ids[0] == ids[2] and ids[0] != ids[1]
+    chain = M.morgan_levels(Chem.MolFromSmiles("CCCC"), level=3)
+    assert chain[0][0] == chain[3][0] and chain[1][0] == chain[2][0] and chain[0] == chain[3]
+    assert all(0 <= x < M.BITS for v in ids.values() for x in v)
 
 
 def test_bits_fold_the_identifiers():

@@ -46,7 +46,7 @@ def _records(n=40, seed=0):
             f = featurise(mol_from_xyz(m.elements, m.xyz))
         except ValueError:
             continue
-        out.append({"index": m.index, "smiles": f.smiles, "tokens": f.tokens, "fp": f.fp,
+        out.append({"index": m.index, "smiles": f.smiles, "tokens": f.tokens, "fp": f.fp, "fp2d": f.fp2d,
                     "props": dict(m.props, rg=radius_of_gyration(m.xyz, m.elements))})
         if len(out) == n:
             return out
@@ -86,6 +86,19 @@ def test_views_keep_identifiers_on_atoms_and_the_control_moves_them():
         assert (e.shuffled_fp[m][atoms_full] == e.fp[p][(e.fp[p] >= 0).any(1)]).all()  # ... another molecule's ids
     moved = [m for m in range(len(e.ids)) if e.perm[m] != m]
     assert moved and any((e.shuffled_fp[m] != e.fp[m]).any() for m in moved)
+
+
+def test_the_2d_control_reads_morgan_identifiers_on_the_same_tokens():
+    recipe = _recipe(_records(), variants=("1d", "sum", "ecfp"))
+    e = recipe.enc
+    for m in range(len(e.ids)):
+        assert (((e.fp2d[m] >= 0).any(1)) == ((e.fp[m] >= 0).any(1))).all()
+    assert any((e.fp2d[m] != e.fp[m]).any() for m in range(len(e.ids)))
+    from iclr_ray.llm.recipe import TrainConfig
+
+    (pre, _), = recipe.step_batches(0, TrainConfig(micro_batch_size=4, num_workers=1, seed=0))[:1]
+    assert torch_equal(pre["full_ids"], pre["ecfp_ids"]) and not torch_equal(pre["full_fp"], pre["ecfp_fp"])
+    assert ((pre["full_fp"] >= 0) == (pre["ecfp_fp"] >= 0)).all()  # the same spans masked
 
 
 def test_finetune_batches_carry_the_target_text_and_pretraining_masks_spans():
@@ -148,7 +161,8 @@ def smoke_run(ray_cluster, tmp_path_factory):
 def test_smoke_study_trains_every_variant_and_judges_every_claim(smoke_run):
     result = json.loads((smoke_run / "result.json").read_text())
     m = result["metrics"]
-    assert m["variants"] == ["1d", "3d", "sum", "concat", "shuffled"] and m["n_molecules"] > 500
+    assert m["variants"] == ["1d", "3d", "sum", "concat", "shuffled", "ecfp"] and m["n_molecules"] > 500
+    assert set(m["unshuffled"]) == {"total", "train", "valid", "test"}
     assert set(m["dropped"]) <= {"no bond assignment", "atom without bonds"}  # never a misalignment
     for v in m["variants"]:
         for t in m["targets"]:
@@ -156,6 +170,7 @@ def test_smoke_study_trains_every_variant_and_judges_every_claim(smoke_run):
             assert 0 <= m["test_medae"][v][t][0] <= m["test_mae"][v][t][0] * 10
             assert len(m["valid_curves"][v][t][0]) == len(m["curve_steps"]) >= 2
     assert set(m["reference"]) == {"ridge_e3fp", "train_mean"}
-    assert {c["id"] for c in result["claims"]} == {"beats_1d", "geometry_gain_larger", "real_3d_beats_shuffled"}
+    assert {c["id"] for c in result["claims"]} == {"beats_1d", "geometry_gain_larger", "real_3d_beats_shuffled",
+                                                   "e3fp_beats_ecfp"}
     assert {p.stem for p in (smoke_run / "plots").glob("*.png")} == {"mae_by_variant", "learning_curves"}
     assert "Relative MAE reduction against 1D-only" in (smoke_run / "report.md").read_text()

@@ -56,9 +56,11 @@ class Model(Section):
 
 
 class Train(WorkerResources):
-    variants: list[Literal["1d", "3d", "sum", "concat", "shuffled"]] = ["1d", "3d", "sum", "concat", "shuffled"]
-    """1D-only (SELFIES), 3D-only (E3FP identifiers of the atoms), 1D+3D by sum and by concat, and
-    the negative control: 1D+3D (sum) with the identifiers of another molecule of the same size"""
+    variants: list[Literal["1d", "3d", "sum", "concat", "shuffled", "ecfp"]] = ["1d", "3d", "sum", "concat", "shuffled",
+                                                                               "ecfp"]
+    """1D-only (SELFIES), 3D-only (E3FP identifiers of the atoms), 1D+3D by sum and by concat, the
+    negative control: 1D+3D (sum) with the identifiers of another molecule of the same size, and the
+    2D control: each atom's Morgan (ECFP) identifiers through the same table and sum fusion"""
     targets: list[str] = list(TARGETS)
     seeds: int = Field(4, ge=1)
     """one Tune trial (one Ray Train run) per seed, its variants side by side"""

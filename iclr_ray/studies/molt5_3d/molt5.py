@@ -96,6 +96,32 @@ def e3fp_levels(mol, bits: int = BITS, level: int = LEVEL) -> dict[int, list[int
     return out
 
 
+def morgan_levels(mol, bits: int = BITS, level: int = LEVEL) -> dict[int, list[int]]:
+    """Per heavy atom (RDKit index), its Morgan (ECFP) environment identifier at each radius
+    0..``level`` folded to [0, bits): the 2D counterpart of :func:`e3fp_levels` (the same atoms,
+    the same levels, topology instead of the conformer's shells). A radius RDKit leaves out (the
+    environment repeats a smaller one) repeats the atom's last identifier."""
+    from rdkit.Chem import rdFingerprintGenerator
+
+    gen = rdFingerprintGenerator.GetMorganGenerator(radius=level)
+    ao = rdFingerprintGenerator.AdditionalOutput()
+    ao.AllocateBitInfoMap()
+    gen.GetSparseCountFingerprint(mol, additionalOutput=ao)
+    per: dict[int, list[int | None]] = {a.GetIdx(): [None] * (level + 1) for a in mol.GetAtoms()}
+    for ident, envs in ao.GetBitInfoMap().items():
+        for atom, radius in envs:
+            per[int(atom)][int(radius)] = int(ident) % bits
+    out: dict[int, list[int]] = {}
+    for atom, ids in per.items():
+        last = ids[0]
+        filled = []
+        for x in ids:
+            last = x if x is not None else last
+            filled.append(last)
+        out[atom] = filled
+    return out
+
+
 @dataclass
 class Featurised:
     smiles: str
@@ -103,6 +129,8 @@ class Featurised:
     """the SELFIES tokens"""
     fp: np.ndarray
     """(len(tokens), level + 1) int: the E3FP identifiers of each atom token, -1 elsewhere"""
+    fp2d: np.ndarray | None = None
+    """the same shape: each atom token's Morgan (ECFP) identifiers, the 2D control's"""
 
 
 def featurise(mol, bits: int = BITS, level: int = LEVEL) -> Featurised:
@@ -121,7 +149,9 @@ def featurise(mol, bits: int = BITS, level: int = LEVEL) -> Featurised:
     if mask.sum() != len(order):
         raise ValueError(f"{smiles}: {mask.sum()} SELFIES atom tokens for {len(order)} atoms")
     ids = e3fp_levels(mol, bits, level)
+    ids2d = morgan_levels(mol, bits, level)
     fp = np.full((len(tokens), level + 1), -1, np.int64)
+    fp2d = np.full((len(tokens), level + 1), -1, np.int64)
     for pos, atom in zip(np.flatnonzero(mask), order):
         element = _ELEMENT.match(tokens[pos])
         if element is None or element.group(1) != mol.GetAtomWithIdx(atom).GetSymbol():
@@ -130,7 +160,8 @@ def featurise(mol, bits: int = BITS, level: int = LEVEL) -> Featurised:
         if atom not in ids:  # E3FP leaves out an atom without bonds (a fragment of one atom)
             raise ValueError(f"{smiles}: atom {atom} has no E3FP shell (no bonds)")
         fp[pos] = ids[atom]
-    return Featurised(smiles, tokens, fp)
+        fp2d[pos] = ids2d[atom]
+    return Featurised(smiles, tokens, fp, fp2d)
 
 
 def radius_of_gyration(xyz: np.ndarray, elements: Sequence[str]) -> float:
@@ -320,13 +351,14 @@ def decode(model: MolT5, ids: torch.Tensor, fp: torch.Tensor, mask: torch.Tensor
     return [parse_value("".join(id_to_token[int(t)] for t in row[1:] if int(t) > 1)) for row in gen]
 
 
-VIEWS = {"1d": "full", "sum": "full", "concat": "full", "3d": "atoms", "shuffled": "shuffled"}
+VIEWS = {"1d": "full", "sum": "full", "concat": "full", "3d": "atoms", "shuffled": "shuffled", "ecfp": "ecfp"}
 """which input view each variant reads: the molecule's tokens with their identifiers, its atoms only
-(3D-only), or its tokens with another molecule's identifiers (the negative control, fused by sum)"""
+(3D-only), its tokens with another molecule's identifiers (the negative control, fused by sum), or
+its tokens with their atoms' Morgan (ECFP) identifiers (the 2D control, fused by sum)"""
 
 
 def variant_mode(variant: str) -> str:
-    return "sum" if variant == "shuffled" else variant
+    return "sum" if variant in ("shuffled", "ecfp") else variant
 
 
 class Variants(nn.Module):

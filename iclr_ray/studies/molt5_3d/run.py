@@ -61,7 +61,8 @@ def featurise_chunk(mols: list[D.Molecule], bits: int, level: int) -> list[dict[
             out.append({"index": m.index, "error": drop_reason(str(exc))})
             continue
         props = dict(m.props, rg=radius_of_gyration(m.xyz, m.elements))
-        out.append({"index": m.index, "smiles": f.smiles, "tokens": f.tokens, "fp": f.fp, "props": props})
+        out.append({"index": m.index, "smiles": f.smiles, "tokens": f.tokens, "fp": f.fp, "fp2d": f.fp2d,
+                    "props": props})
     return out
 
 
@@ -119,8 +120,9 @@ def packed(view: str, ids: list[list[int]], fps: list[np.ndarray], labels: list[
 class Encoded:
     """The molecules as token ids and identifier rows in the three views the variants read
     (``full``: <bom> SELFIES <eom>; ``atoms``: <bom> <atom>... <eom>, the 3D-only input;
-    ``shuffled``: the full tokens with the identifiers of the molecule ``perm`` assigns), and the
-    targets as the decoder's number strings."""
+    ``shuffled``: the full tokens with the identifiers of the molecule ``perm`` assigns; ``ecfp``:
+    the full tokens with their atoms' Morgan identifiers), and the targets as the decoder's number
+    strings."""
 
     def __init__(self, records: list[dict], vocab: list[str], targets: list[str], decimals: dict[str, int],
                  perm: np.ndarray, level: int):
@@ -130,10 +132,12 @@ class Encoded:
         self.targets, self.decimals, self.level = targets, decimals, level
         v = self.vocab
         none = np.full((1, level + 1), -1, np.int64)
-        self.ids, self.fp, self.atom_ids, self.atom_fp, self.values = [], [], [], [], []
+        self.ids, self.fp, self.fp2d, self.atom_ids, self.atom_fp, self.values = [], [], [], [], [], []
         for r in records:
             ids = [v["<bom>"]] + [v.get(t, v["<unk>"]) for t in r["tokens"]] + [v["<eom>"]]
             fp = np.concatenate([none, np.asarray(r["fp"], np.int64), none])
+            self.fp2d.append(np.concatenate([none, np.asarray(r["fp2d"], np.int64), none]) if r.get("fp2d") is not None
+                             else None)
             a_ids, a_fp = atoms_view(fp, v["<atom>"])
             self.ids.append(ids)
             self.fp.append(fp)
@@ -155,7 +159,7 @@ class Encoded:
         return [self.vocab[ch] for ch in format_value(value, self.decimals[target])] + [self.vocab["</s>"]]
 
     def views(self, mols: np.ndarray, prompts: list[list[int]], labels: list[list[int]],
-              which: Sequence[str] = ("full", "atoms", "shuffled")) -> dict[str, Any]:
+              which: Sequence[str] = ("full", "atoms", "shuffled", "ecfp")) -> dict[str, Any]:
         """A batch: for each view in ``which``, the prompt tokens then the molecule, padded; labels
         padded with -100."""
         none = np.full((1, self.level + 1), -1, np.int64)
@@ -167,7 +171,7 @@ class Encoded:
                     ids.append(p + self.atom_ids[m])
                     fps.append(np.concatenate([np.repeat(none, len(p), 0), self.atom_fp[m]]))
                 else:
-                    fp = self.fp[m] if view == "full" else self.shuffled_fp[m]
+                    fp = {"full": self.fp, "shuffled": self.shuffled_fp, "ecfp": self.fp2d}[view][m]
                     ids.append(p + self.ids[m])
                     fps.append(np.concatenate([np.repeat(none, len(p), 0), fp]))
             out.update(packed(view, ids, fps, labels))
@@ -197,7 +201,7 @@ class MolRecipe(Recipe):
         from .molt5 import VIEWS
 
         # the views some variant reads (every batch carries "full": its size counts the examples)
-        self.needed = [v for v in ("full", "atoms", "shuffled") if v == "full" or
+        self.needed = [v for v in ("full", "atoms", "shuffled", "ecfp") if v == "full" or
                        any(VIEWS[x] == v for x in c["variants"])]
 
     def build_model(self, cfg: TrainConfig):
@@ -236,11 +240,13 @@ class MolRecipe(Recipe):
         train = self.split["train"]
         mols = train[rng.integers(0, len(train), n)]
         e, eos = self.enc, self.enc.vocab["</s>"]
-        full_in, full_fp, shuf_fp, labels, a_in, a_fp, a_labels = [], [], [], [], [], [], []
+        full_in, full_fp, shuf_fp, ecfp_fp, labels, a_in, a_fp, a_labels = [], [], [], [], [], [], [], []
         for m in mols:
             spans = span_corrupt(len(e.ids[m]), rng, self.c["noise_density"], self.c["mean_span"])
             ids, fp, target = corrupted(e.ids[m], e.fp[m], spans, self.sentinels, eos)
             _, sfp, _ = corrupted(e.ids[m], e.shuffled_fp[m], spans, self.sentinels, eos)
+            if "ecfp" in self.needed:
+                ecfp_fp.append(corrupted(e.ids[m], e.fp2d[m], spans, self.sentinels, eos)[1])
             full_in.append(ids), full_fp.append(fp), shuf_fp.append(sfp), labels.append(target)
             atoms = np.flatnonzero((e.atom_fp[m] >= 0).any(1))
             symbols = [e.ids[m][k] for k in np.flatnonzero((e.fp[m] >= 0).any(1))]  # the atoms' SELFIES tokens
@@ -252,7 +258,7 @@ class MolRecipe(Recipe):
                 t3 += [self.sentinels[k], *symbols[a - 1:b - 1]]  # atom position p holds symbol p - 1 (<bom> first)
             a_in.append(ids3), a_fp.append(fp3), a_labels.append(t3 + [eos])
         parts = {"full": (full_in, full_fp, labels), "shuffled": (full_in, shuf_fp, labels),
-                 "atoms": (a_in, a_fp, a_labels)}
+                 "ecfp": (full_in, ecfp_fp, labels), "atoms": (a_in, a_fp, a_labels)}
         return {k: t for view in self.needed for k, t in packed(view, *parts[view]).items()}
 
     def examples(self) -> np.ndarray:
