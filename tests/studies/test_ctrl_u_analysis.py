@@ -38,10 +38,10 @@ def test_real_gains_hold():
     m = _metrics()
     v = _verdicts(m)
     assert set(v) == {"ctrl_u_beats_controlnet", "ctrl_u_keeps_quality", "ctrl_u_beats_reward",
-                      "ctrl_u_less_reward_hacking"}
+                      "ctrl_u_less_reward_hacking", "reward_tuning_raises_reward"}
     assert all(h is True for h in v.values()), v
     checks = {c.id: c.holds for c in A.claims(m) if c.check}
-    assert checks == {"oracle_stronger_than_reward": True, "reward_tuning_raises_reward": True}
+    assert checks == {"oracle_stronger_than_reward": True}
     md = A.report_md(m)
     assert "Generated images" in md and "Segmenters" in md and "| ctrl_u_dt100 | 100 |" in md
     assert A.mean_uncertainty(m, "ctrl_u") == 0.01 and np.isnan(A.mean_uncertainty(m, "reward"))
@@ -64,3 +64,10 @@ def test_losses_are_reported_as_false():
     v = _verdicts(_metrics(gain=-0.1, hack=-0.1, fid_ratio=1.3))
     assert v["ctrl_u_beats_controlnet"] is False and v["ctrl_u_beats_reward"] is False
     assert v["ctrl_u_keeps_quality"] is False and v["ctrl_u_less_reward_hacking"] is False
+
+
+def test_negative_control_a_reward_arm_that_did_not_move():
+    """Reward fine-tuning that left the generator where ControlNet is: its reward claim fails."""
+    m = _metrics()
+    m["scores"]["reward"] = {s: dict(v) for s, v in m["scores"]["controlnet"].items()}
+    assert _verdicts(m)["reward_tuning_raises_reward"] is not True

@@ -71,6 +71,20 @@ def test_delta_t_zero_reduces_ctrl_u_to_plain_reward_fine_tuning():
         loss(net, reward, b, arm="dpo")
 
 
+def test_the_uncertainty_penalty_is_added_unscaled_as_the_official_script_adds_it():
+    """L = L_pre + λ_r reward + mean(U) in the window (official); "scaled" multiplies mean(U) by λ_r."""
+    net, reward, b = setting(2)
+    with torch.no_grad():
+        off = loss(net, reward, b, arm="ctrl_u", dt=50, lam=0.1)
+        old = loss(net, reward, b, arm="ctrl_u", dt=50, lam=0.1, u_term="scaled")
+    w = torch.tensor([1.0, 1.0, 1.0, 0.0])  # t = 700 is outside the reward's window
+    assert torch.allclose(off["loss"], (off["pre"] + w * (0.1 * off["reward"] + off["uncertainty"])).sum(), atol=1e-5)
+    assert torch.allclose(old["loss"], (old["pre"] + w * 0.1 * (old["reward"] + old["uncertainty"])).sum(), atol=1e-5)
+    assert off["loss"] > old["loss"]
+    with pytest.raises(ValueError, match="u_term"):
+        loss(net, reward, b, arm="ctrl_u", u_term="half")
+
+
 def test_the_reward_gradient_reaches_the_controlnet_and_never_the_frozen_reward_model():
     net, reward, b = setting(1)
     M.freeze(net.unet)

@@ -131,7 +131,8 @@ def test_smoke_study_post_trains_every_arm_and_judges_every_claim(smoke_run):
         assert (curve[:, 3] > 0).all() if arm == "ctrl_u" else (curve[:, 3] == 0).all()  # U only in Ctrl-U
     assert {c["id"] for c in result["claims"]} == {"ctrl_u_beats_controlnet", "ctrl_u_beats_reward",
                                                    "ctrl_u_keeps_quality", "ctrl_u_less_reward_hacking"}
-    assert {c["id"] for c in result["checks"]} == {"oracle_stronger_than_reward", "reward_tuning_raises_reward"}
+    assert {c["id"] for c in result["checks"]} == {"oracle_stronger_than_reward"}
+    assert "reward_tuning_raises_reward" in {c["id"] for c in result["claims"]}
     assert {p.stem for p in (smoke_run / "plots").glob("*.png")} == {"sample_grid", "miou_over_training", "scores"}
     assert sorted(p.name for p in (smoke_run / "data").glob("*.npz")) == ["test.npz", "train.npz"]
     assert sorted(p.name for p in (smoke_run / "segmenters").glob("*.safetensors")) == ["oracle.safetensors", "reward.safetensors"]

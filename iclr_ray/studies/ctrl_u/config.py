@@ -10,6 +10,8 @@ fine-tuned ADE20K ControlNet by HF id, lr 1e-5, batch 4 x 4, grad_scale 0.1, u_s
 timesteps [0, 400], λ_r ramped over 5,000 steps, 35k steps; DDIM 20 steps at CFG 2 to evaluate."""
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from ...config import Section, StudyConfig
@@ -81,6 +83,10 @@ class PostTrain(WorkerResources):
     ramp_steps: int = Field(100, ge=0)
     """steps over which λ_r ramps linearly from 0 to grad_scale"""
     u_scale: float = Field(1.0, ge=0)
+    u_term: Literal["official", "scaled"] = "official"
+    """how the uncertainty's mean enters the loss: added as it is (the official script: L_pre +
+    λ_r reward + mean(U)), or times λ_r like the reward ("scaled", this study's form before
+    2026-12-07: the penalty 1/λ_r = 2x weaker at small, 10x at the official grad_scale 0.1)"""
     dt: int = Field(1, ge=0)
     """Δt between the two copies (0: the negative control, Ctrl-U = reward fine-tuning)"""
     ablation_dt: list[int] = [100]

@@ -10,9 +10,11 @@ uncertainty U (segmentation: KL(softmax ĉ2 || softmax ĉ1) summed over classes,
 depth and edges: |ĉ1 - ĉ2|); the reward loss on copy 1 is weighted by exp(-U) and U's mean is added
 so U cannot grow without bound:
 
-    L = L_pre + λ_r(step) [ mean(ℓ(ĉ1, c) exp(-U)) + mean(U) ]       (t <= t_max)
+    L = L_pre + λ_r(step) mean(ℓ(ĉ1, c) exp(-U)) + mean(U)          (t <= t_max)
 
-(the segmentation script folds u_scale into U), with λ_r ramped linearly to ``grad_scale``. With
+as the official segmentation script adds them (``grad_scale`` on the reward only; u_scale folded
+into U), with λ_r ramped linearly to ``grad_scale``. ``u_term="scaled"`` multiplies mean(U) by λ_r
+too (this study's earlier form: the penalty 1/λ_r weaker against the reward). With
 Δt = 0 the two copies agree, U = 0 and L is plain reward fine-tuning's loss (one copy's L_pre and
 ℓ): the negative control. ``ARMS``: ``controlnet`` (L_pre alone, the baseline's continued
 training), ``reward`` (ControlNet++: no uncertainty), ``ctrl_u``."""
@@ -27,6 +29,8 @@ from ...diffusion.sampling import add_noise, predict_x0, to_unit
 from .segment import IGNORE
 
 ARMS = ("controlnet", "reward", "ctrl_u")
+U_TERMS = ("official", "scaled")
+"""how mean(U) enters the loss: as it is (the official script) or times λ_r (the earlier form)"""
 
 
 def reward_scale(step: int, ramp_steps: int, grad_scale: float) -> float:
@@ -73,13 +77,15 @@ def seg_reward_terms(logits1: torch.Tensor, target: torch.Tensor, logits2: torch
 def post_train_loss(eps_fn: Callable[..., torch.Tensor], reward_fn: Callable[[torch.Tensor], torch.Tensor],
                     scheduler, x0: torch.Tensor, context: torch.Tensor, cond: torch.Tensor, target: torch.Tensor,
                     t: torch.Tensor, noise: torch.Tensor, *, arm: str, lam: float, dt: int, u_scale: float,
-                    t_min: int, t_max: int) -> dict[str, torch.Tensor]:
+                    t_min: int, t_max: int, u_term: str = "official") -> dict[str, torch.Tensor]:
     """One batch's loss summed over its samples, and its parts (per-sample means, detached).
 
     ``eps_fn(x_t, t, context, cond)`` is the denoiser, ``reward_fn(images in [0, 1])`` the frozen
     reward model's logits; ``target`` the condition as class ids. ``arm``: one of :data:`ARMS`."""
     if arm not in ARMS:
         raise ValueError(f"arm {arm!r}: not one of {ARMS}")
+    if u_term not in U_TERMS:
+        raise ValueError(f"u_term {u_term!r}: not one of {U_TERMS}")
     b = len(x0)
     if arm == "ctrl_u":
         t2 = (t + dt).clamp(max=scheduler.config.num_train_timesteps - 1)
@@ -99,6 +105,6 @@ def post_train_loss(eps_fn: Callable[..., torch.Tensor], reward_fn: Callable[[to
     if arm != "controlnet" and lam > 0 and bool(window.any()):
         logits = reward_fn(to_unit(predict_x0(scheduler, xt, eps, tt)))
         rew, unc = seg_reward_terms(logits[:b], target, logits[b:] if arm == "ctrl_u" else None, u_scale)
-    total = pre + lam * window * (rew + unc)
+    total = pre + window * (lam * rew + (lam if u_term == "scaled" else 1.0) * unc)
     return {"loss": total.sum(), "pre": pre.detach(), "reward": (rew * window).detach(),
             "uncertainty": (unc * window).detach()}

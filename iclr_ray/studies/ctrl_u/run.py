@@ -278,7 +278,7 @@ class PostTrainRecipe(Recipe):
         out = post_train_loss(lambda x, t, ctx, cond: engine(x, t, ctx, cond), self.reward, self.scheduler,
                               batch["x0"], module.context(batch["tokens"]), batch["cond"], batch["target"],
                               batch["t"], batch["noise"], arm=self.arm, lam=lam, dt=self.dt, u_scale=p["u_scale"],
-                              t_min=p["t_min"], t_max=p["t_max"])
+                              t_min=p["t_min"], t_max=p["t_max"], u_term=p["u_term"])
         if self.arm == "ctrl_u" and lam > 0:
             inside = in_window(batch["t"], p["t_min"], p["t_max"]).bool()
             self.window_u += out["uncertainty"][inside].tolist()
