@@ -1,7 +1,11 @@
 """DDPM noising and DDIM sampling through diffusers' schedulers, with classifier-free guidance.
 
-The noise schedule is SD's: 1000 steps, scaled-linear betas from 0.00085 to 0.012, epsilon
-prediction; DDIM as SD's pipelines set it (steps_offset 1, no final alpha of one, no clipping).
+Two noise schedules, 1000 steps and epsilon prediction each: ``pixel`` (the default: DDPM's linear
+betas from 1e-4 to 0.02, Ho et al. 2020, ᾱ_T ≈ 4e-5, so x_T is noise for images in [-1, 1]) for
+the models that denoise pixels, which is every model this project trains; and ``latent`` (SD's
+scaled-linear betas from 0.00085 to 0.012, ᾱ_T ≈ 0.0047), made for SD's VAE latents, where it
+leaves a pixel image visible at the last step. DDIM as SD's pipelines set it (steps_offset 1, no
+final alpha of one, no clipping).
 """
 from __future__ import annotations
 
@@ -11,18 +15,27 @@ import torch
 
 SD_SCHEDULE: dict[str, Any] = {"num_train_timesteps": 1000, "beta_schedule": "scaled_linear",
                                "beta_start": 0.00085, "beta_end": 0.012, "prediction_type": "epsilon"}
+PIXEL_SCHEDULE: dict[str, Any] = {"num_train_timesteps": 1000, "beta_schedule": "linear",
+                                  "beta_start": 0.0001, "beta_end": 0.02, "prediction_type": "epsilon"}
+SCHEDULES = {"pixel": PIXEL_SCHEDULE, "latent": SD_SCHEDULE}
 
 
-def ddpm(**overrides):
+def _schedule(space: str) -> dict[str, Any]:
+    if space not in SCHEDULES:
+        raise ValueError(f"space {space!r}: one of {sorted(SCHEDULES)}")
+    return SCHEDULES[space]
+
+
+def ddpm(space: str = "pixel", **overrides):
     from diffusers import DDPMScheduler
 
-    return DDPMScheduler(**{**SD_SCHEDULE, "clip_sample": False, **overrides})
+    return DDPMScheduler(**{**_schedule(space), "clip_sample": False, **overrides})
 
 
-def ddim(**overrides):
+def ddim(space: str = "pixel", **overrides):
     from diffusers import DDIMScheduler
 
-    return DDIMScheduler(**{**SD_SCHEDULE, "clip_sample": False, "set_alpha_to_one": False, "steps_offset": 1,
+    return DDIMScheduler(**{**_schedule(space), "clip_sample": False, "set_alpha_to_one": False, "steps_offset": 1,
                             **overrides})
 
 

@@ -23,8 +23,19 @@ def test_noise_then_one_step_estimate_with_the_true_noise_recovers_x0():
     xt = S.add_noise(sched, x0, noise, t)
     assert torch.allclose(S.predict_x0(sched, xt, noise, t), x0, atol=1e-3)
     a = S.alpha_bar(sched, t).flatten()
-    assert a[0] > 0.99 and a[-1] < 0.01 and torch.all(a[1:] < a[:-1])  # SD's scaled-linear schedule
+    assert a[0] > 0.99 and a[-1] < 1e-4 and torch.all(a[1:] < a[:-1])  # pixel space: x_T is noise
     assert not torch.allclose(S.predict_x0(sched, xt, torch.zeros_like(noise), t[:, None, None, None].flatten()), x0)
+
+
+def test_the_pixel_schedule_leaves_no_image_at_the_last_step_and_sds_does():
+    """SD's latent schedule ends at ᾱ_T ≈ 0.0047: a pixel image keeps sqrt(ᾱ_T) ≈ 0.07 of itself at
+    t = T (the issue's finding); DDPM's linear schedule ends near 4e-5."""
+    last = torch.tensor([999])
+    sd, px = S.alpha_bar(S.ddpm("latent"), last).item(), S.alpha_bar(S.ddpm(), last).item()
+    assert sd == pytest.approx(0.0047, abs=2e-4) and px == pytest.approx(4.0e-5, rel=0.1)
+    assert S.ddim().config.beta_schedule == "linear" and S.ddim("latent").config.beta_schedule == "scaled_linear"
+    with pytest.raises(ValueError, match="space"):
+        S.ddpm("video")
 
 
 def test_ddim_is_deterministic_for_a_generator_and_differs_across_seeds():

@@ -491,7 +491,7 @@ def _step_build(c: dict[str, Any], micro: int, copies: int = 1, reward: bool = F
     from .ctrl_u import seg_reward_terms
 
     side, latent, n = c["data"]["side"], c["model"]["unet"] != "tiny", micro * copies
-    sched = ddpm()
+    sched = ddpm("latent" if latent else "pixel")
 
     def build():
         sd = _sd15() if latent else None
