@@ -138,10 +138,11 @@ def test_smoke_study_trains_experts_and_aggregators_and_judges_every_claim(smoke
         assert np.asarray(m["grids"][name]).shape == (10, 8, 8)
     assert abs(sum(m["merges"]["weighted"]) - 1) < 1e-9
     assert len(m["loss"]["afa_main-seed0"]) > 0 and len(m["loss"]["expert0"]) > 0
-    assert {c["id"] for c in result["claims"]} == {"afa_mse_below_each_expert", "afa_mse_below_uniform",
-                                                   "afa_fd_below_best_expert", "afa_accuracy_above_best_expert",
-                                                   "afa_routes_by_class"}
-    assert {c["id"] for c in result["checks"]} == {"classifier_reads_real_digits", "experts_specialise"}
+    assert {c["id"] for c in result["claims"]} == {"afa_beats_best_baseline", "afa_beats_weighted_merge",
+                                                   "afa_beats_blockwise_merge", "afa_mse_below_uniform",
+                                                   "afa_fd_below_best_expert", "afa_accuracy_above_best_expert"}
+    assert {c["id"] for c in result["checks"]} == {"classifier_reads_real_digits", "experts_specialise",
+                                                   "afa_mse_below_each_expert", "afa_routes_by_class"}
     assert {p.stem for p in (smoke_run / "plots").glob("*.png")} == {
         "sample_grid", "aggregation_maps", "routing_over_t", "mse_vs_experts", "scores", "aggregator_loss"}
     assert sorted(p.name for p in (smoke_run / "data").glob("*.npz")) == ["test.npz", "train.npz", "val.npz"]
