@@ -97,7 +97,7 @@ def test_smoke_study_trains_every_model_and_judges_every_claim(smoke_run):
     assert m["data"]["users"] == 300 and m["zero_shot"]["items"] > 0
     ids = {c["id"] for c in result["claims"]}
     assert ids == {"beats_id_recall[minilm]", "beats_id_ndcg", "converges_faster", "linear_recovers",
-                   "text_beats_noise", "noise_at_most_lightgcn", "zero_shot_above_random"}
+                   "linear_beats_id", "text_beats_noise", "noise_at_most_lightgcn", "zero_shot_above_random"}
     assert [c["id"] for c in result["checks"]] == ["mf_zero_shot_random"]
     assert {p.stem for p in (smoke_run / "plots").glob("*.png")} == {"convergence", "models", "zero_shot"}
     assert set(m["bundles"]) == {"alpharec[minilm]", "linear[minilm]"}

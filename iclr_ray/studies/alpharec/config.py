@@ -112,7 +112,6 @@ class Evaluation(Section):
     converge_share: float = Field(0.95, gt=0, le=1)
     """a model has converged at the first epoch whose validation Recall@K reaches this share of its
     best"""
-    resamples: int = Field(2000, ge=100)
 
 
 class Config(StudyConfig):
@@ -152,7 +151,6 @@ PRESETS = {
         "model": {"negatives": 16},
         "train": {"epochs": 3, "batch": 2048, "seeds": 2, "group": "domain"},
         "zero_shot": {"genres": ["Horror", "Sci-Fi"]},
-        "eval": {"resamples": 200},
     },
     "small": {},
     "paper": {
