@@ -96,8 +96,12 @@ def test_smoke_study_trains_every_model_and_judges_every_claim(smoke_run):
         assert ("zero_recall" in c) == (model["world"] == "zero")
     assert m["data"]["users"] == 300 and m["zero_shot"]["items"] > 0
     ids = {c["id"] for c in result["claims"]}
-    assert ids == {"beats_id_recall[minilm]", "beats_id_ndcg", "converges_faster", "linear_recovers",
-                   "linear_beats_id", "text_beats_noise", "noise_at_most_lightgcn", "zero_shot_above_random"}
+    tm = m["zero_shot"]["title_mean"]
+    assert tm["users"] > 0 and 0 <= tm["recall"] <= 1
+    assert ("zero_shot_beats_title_mean" in ids) == (tm["recall"] > 0)
+    assert ids - {"zero_shot_beats_title_mean"} == {
+        "beats_id_recall[minilm]", "beats_id_ndcg", "converges_faster", "linear_recovers", "linear_beats_id",
+        "text_beats_noise", "noise_at_most_lightgcn", "zero_shot_above_random"}
     assert [c["id"] for c in result["checks"]] == ["mf_zero_shot_random"]
     assert {p.stem for p in (smoke_run / "plots").glob("*.png")} == {"convergence", "models", "zero_shot"}
     assert set(m["bundles"]) == {"alpharec[minilm]", "linear[minilm]"}

@@ -329,6 +329,24 @@ def scores_of(model: nn.Module) -> torch.Tensor:
     return cosine_scores(u, i) if isinstance(model, AlphaRec) else u @ i.T
 
 
+def title_mean_ranking(train: tuple[np.ndarray, np.ndarray], item_emb: np.ndarray, targets: Interactions, k: int,
+                       candidates: torch.Tensor, chunk: int = 2048) -> Ranking:
+    """The training-free zero-shot baseline: each user is the mean of their training items' title
+    embeddings, and ranks ``candidates`` by cosine with each item's title embedding (no parameter
+    is fitted). It ranks for the same users the models are scored on; a user with no training item
+    has a zero vector (every score 0: a fixed arbitrary order, as untrained as it gets)."""
+    items = F.normalize(torch.as_tensor(np.asarray(item_emb, np.float32)), dim=-1)
+    users, its = torch.as_tensor(np.asarray(train[0], np.int64)), torch.as_tensor(np.asarray(train[1], np.int64))
+    sums = torch.zeros(targets.n_users, items.shape[1]).index_add_(0, users, items[its])
+    u = F.normalize(sums, dim=-1)
+    parts = []
+    for start in range(0, targets.n_users, chunk):
+        stop = min(start + chunk, targets.n_users)
+        r = rank_metrics(u[start:stop] @ items.T, targets.block(start, stop), None, k, candidates)
+        parts.append(Ranking(r.users + start, r.recall, r.ndcg, r.hr))
+    return Ranking(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("users", "recall", "ndcg", "hr")))
+
+
 def random_recall(n_candidates: int, k: int) -> float:
     """The expected Recall@k of a uniformly random ranking of ``n_candidates`` items: k / n."""
     return min(k, n_candidates) / n_candidates

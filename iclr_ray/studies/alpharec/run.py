@@ -421,9 +421,17 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     models = {m["label"]: models[m["label"]] for s in specs for m in s["members"]}  # the grid's order
     zs = {}
     if zero is not None:
+        import torch
+
+        from .alpharec import Interactions, title_mean_ranking
+
+        w = worlds["zero"]
+        ranked = title_mean_ranking(w.train, emb[first], Interactions(w.n_users, w.n_items, *w.unseen_targets),
+                                    cfg.train.k, torch.as_tensor(w.unseen))
         zs = {"items": int(len(zero)), "genres": list(cfg.zero_shot.genres),
-              "interactions": int(len(worlds["zero"].unseen_targets[0])),
-              "random_recall": random_recall(len(zero), cfg.train.k)}
+              "interactions": int(len(w.unseen_targets[0])),
+              "random_recall": random_recall(len(zero), cfg.train.k),
+              "title_mean": {**ranked.means(), "users": int(len(ranked.users))}}
     return {"data": split.stats(), "lms": list(cfg.embedding.lms), "first_lm": first,
             "emb_dims": {lm: int(e.shape[1]) for lm, e in emb.items()}, "k": cfg.train.k,
             "epochs": cfg.train.epochs, "batch": cfg.train.batch, "seeds": cfg.train.seeds,
