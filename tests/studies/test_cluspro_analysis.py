@@ -4,7 +4,7 @@ import numpy as np
 
 from iclr_ray.studies.cluspro import analysis as A
 
-KEYS = ("S", "U", "HM", "AUC")
+KEYS = ("S", "U", "HM", "AUC", "HMv")
 
 
 def _metrics(gain_mm, gain_um, n=6, seed=0):
@@ -32,13 +32,13 @@ def _verdicts(m):
 
 def test_a_multimodal_only_gain_holds_everywhere():
     v = _verdicts(_metrics(0.05, 0.0))
-    assert all(v[f"beats_{b}_{k}"] is True for b in ("ce", "single") for k in ("u", "hm", "auc"))
+    assert all(v[f"beats_{b}_{k}"] is True for b in ("ce", "single") for k in ("u", "hm", "auc", "hmv"))
     assert v["gain_needs_multimodality"] is True and v["no_test_time_parameters"] is True
 
 
 def test_negative_control_no_gain_holds_nowhere():
     v = _verdicts(_metrics(0.0, 0.0))
-    assert not any(v[f"beats_{b}_{k}"] for b in ("ce", "single") for k in ("u", "hm", "auc"))
+    assert not any(v[f"beats_{b}_{k}"] for b in ("ce", "single") for k in ("u", "hm", "auc", "hmv"))
     assert not v["gain_needs_multimodality"]
     v = _verdicts(_metrics(-0.05, 0.0))
     assert all(v[f"beats_ce_{k}"] is False for k in ("u", "hm", "auc"))

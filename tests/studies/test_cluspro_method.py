@@ -183,3 +183,18 @@ def test_feasibility_on_a_hand_worked_case():
     assert f[0, 1] == pytest.approx((0.6 - 1.0) / 2)
     # (a1, o0): o0 vs a1's objects {o2}: 0; a1 vs o0's attributes {a0}: 0
     assert f[1, 0] == pytest.approx(0.0)
+
+
+def test_the_calibration_bias_chosen_on_one_split_is_applied_to_another():
+    """The best-HM bias of a sweep, and accuracies at a given bias: a bias that favours unseen
+    candidates moves predictions to them; -inf and +inf leave only seen or only unseen candidates."""
+    scores = np.array([[2.0, 1.0], [2.0, 1.5], [0.0, 1.0]])  # candidate 1 is unseen
+    truth, unseen_cand = np.array([0, 1, 1]), np.array([False, True])
+    unseen_sample = unseen_cand[truth]
+    biases, s, u = C.seen_unseen_curve(scores, truth, unseen_cand, unseen_sample)
+    b = C.best_bias(biases, s, u)
+    assert 0.5 < b < 1.0  # flips sample 1 (gap 0.5) but not sample 0 (gap 1.0)
+    assert C.at_bias(scores, truth, unseen_cand, unseen_sample, b) == {"S": 1.0, "U": 1.0, "HM": 1.0}
+    assert C.at_bias(scores, truth, unseen_cand, unseen_sample, -np.inf)["U"] == 0.0
+    assert C.at_bias(scores, truth, unseen_cand, unseen_sample, np.inf)["S"] == 0.0
+    assert C.at_bias(scores, truth, unseen_cand, unseen_sample, 0.0) == {"S": 1.0, "U": 0.5, "HM": 2 / 3}

@@ -60,13 +60,15 @@ def test_smoke_study_trains_every_method_and_judges_every_claim(smoke_run):
     for w in m["worlds"]:
         for meth in m["methods"]:
             r = m["results"][w][meth]
-            for k in ("S", "U", "HM", "AUC", "ow_AUC", "ow_HM"):
+            for k in ("S", "U", "HM", "AUC", "ow_AUC", "ow_HM", "HMv", "Sv", "Uv"):
                 assert len(r[k]) == 1 and 0 <= r[k][0] <= 1
+            assert r["HMv"][0] <= r["HM"][0] + 1e-9  # the test's own best bias bounds any other
             assert r["AUC"][0] <= r["S"][0] * r["U"][0] + 1e-9 or r["AUC"][0] <= min(r["S"][0], r["U"][0]) + 1e-9
             assert len(m["valid_curves"][w][meth][0]) == len(m["curve_steps"]) >= 2
     assert m["pairs"] == {"seen": 42, "valid_unseen": 6, "test_unseen": 12}
     ids = {c["id"] for c in result["claims"]}
-    assert {"beats_ce_auc", "beats_single_auc", "beats_ce_u", "beats_ce_hm", "gain_needs_multimodality"} <= ids
+    assert {"beats_ce_auc", "beats_single_auc", "beats_ce_u", "beats_ce_hm", "beats_ce_hmv",
+            "gain_needs_multimodality"} <= ids
     assert [c["id"] for c in result["checks"]] == ["no_test_time_parameters"] and result["checks"][0]["holds"]
     assert {p.stem for p in (smoke_run / "plots").glob("*.png")} == {"seen_unseen_curves", "valid_auc",
                                                                      "feature_projection"}

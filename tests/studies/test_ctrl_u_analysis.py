@@ -71,3 +71,20 @@ def test_negative_control_a_reward_arm_that_did_not_move():
     m = _metrics()
     m["scores"]["reward"] = {s: dict(v) for s, v in m["scores"]["controlnet"].items()}
     assert _verdicts(m)["reward_tuning_raises_reward"] is not True
+
+
+def test_the_claims_read_the_ctrl_u_arm_chosen_on_validation():
+    """With Δt chosen on validation the claims read that arm: an ablation arm that carries the gain
+    holds them where the post.dt arm (a copy of the reward arm) would not; a chosen arm no better
+    than the reward arm (the negative control) holds neither."""
+    m = _metrics()
+    m["scores"]["ctrl_u_dt100"] = {s: dict(v) for s, v in m["scores"]["ctrl_u"].items()}
+    m["scores"]["ctrl_u"] = {s: dict(v) for s, v in m["scores"]["reward"].items()}
+    assert _verdicts(m)["ctrl_u_beats_reward"] is not True  # no choice recorded: post.dt's arm
+    m["dt_choice"] = {"on": "valid", "chosen": "ctrl_u_dt100", "dt": 100,
+                      "valid": {"ctrl_u": {"0": 0.2}, "ctrl_u_dt100": {"0": 0.3}}}
+    c = {c.id: c for c in A.claims(m)}
+    assert c["ctrl_u_beats_reward"].holds is True and "Δt = 100, chosen on validation" in c["ctrl_u_beats_reward"].statement
+    assert "validation masks" in A.report_md(m)
+    m["dt_choice"]["chosen"] = "ctrl_u"
+    assert _verdicts(m)["ctrl_u_beats_reward"] is not True

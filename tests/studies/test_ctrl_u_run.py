@@ -120,7 +120,7 @@ def test_smoke_study_post_trains_every_arm_and_judges_every_claim(smoke_run):
     result = json.loads((smoke_run / "result.json").read_text())
     m = result["metrics"]
     assert m["arms"] == ["controlnet", "reward", "ctrl_u"] and m["seeds"] == [0]
-    assert set(m["scores"]) == {"base", "controlnet", "reward", "ctrl_u"}
+    assert set(m["scores"]) == {"base", "controlnet", "reward", "ctrl_u", "ctrl_u_dt50"}
     for name, per in m["scores"].items():
         s = per["0"]
         assert 0 <= s["oracle_miou"] <= 1 and 0 <= s["reward_miou"] <= 1 and np.isfinite(s["fid"])
@@ -130,9 +130,13 @@ def test_smoke_study_post_trains_every_arm_and_judges_every_claim(smoke_run):
         assert curve.shape == (2, 4) and list(curve[:, 0]) == [2, 4]  # eval_every 2 of 4 steps
         assert (curve[:, 3] > 0).all() if arm == "ctrl_u" else (curve[:, 3] == 0).all()  # U only in Ctrl-U
     assert {c["id"] for c in result["claims"]} == {"ctrl_u_beats_controlnet", "ctrl_u_beats_reward",
-                                                   "ctrl_u_keeps_quality", "ctrl_u_less_reward_hacking"}
+                                                   "ctrl_u_keeps_quality", "ctrl_u_less_reward_hacking",
+                                                   "reward_tuning_raises_reward"}
     assert {c["id"] for c in result["checks"]} == {"oracle_stronger_than_reward"}
-    assert "reward_tuning_raises_reward" in {c["id"] for c in result["claims"]}
+    ch = m["dt_choice"]  # Δt chosen on the validation masks between post.dt (1) and the ablation's 50
+    assert ch["on"] == "valid" and ch["chosen"] in ("ctrl_u", "ctrl_u_dt50") and set(ch["valid"]) == {"ctrl_u",
+                                                                                                     "ctrl_u_dt50"}
+    assert ch["dt"] == {"ctrl_u": 1, "ctrl_u_dt50": 50}[ch["chosen"]]
     assert {p.stem for p in (smoke_run / "plots").glob("*.png")} == {"sample_grid", "miou_over_training", "scores"}
-    assert sorted(p.name for p in (smoke_run / "data").glob("*.npz")) == ["test.npz", "train.npz"]
+    assert sorted(p.name for p in (smoke_run / "data").glob("*.npz")) == ["test.npz", "train.npz", "valid.npz"]
     assert sorted(p.name for p in (smoke_run / "segmenters").glob("*.safetensors")) == ["oracle.safetensors", "reward.safetensors"]

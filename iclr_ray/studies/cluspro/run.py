@@ -111,13 +111,20 @@ def scores(model, data: D.CZSLData, which: str, batch: int, pairs: np.ndarray | 
                           for i in range(0, len(idx), batch)]).cpu().numpy()
 
 
-def closed_world(model, data: D.CZSLData, which: str, batch: int) -> dict[str, Any]:
-    from .cluspro import czsl_metrics, seen_unseen_curve
+def closed_world(model, data: D.CZSLData, which: str, batch: int, bias: float | None = None) -> dict[str, Any]:
+    """The closed-world metrics of split ``which`` over the whole calibration sweep (best S, U, HM
+    and the AUC, as CZSL papers report them), and the split's best-HM bias; with ``bias`` (chosen
+    on validation) also HMv, Sv, Uv: the split's accuracies at that bias."""
+    from .cluspro import at_bias, best_bias, czsl_metrics, seen_unseen_curve
 
     _, truth, unseen_cand = labels(data, which)
-    _, s, u = seen_unseen_curve(scores(model, data, which, batch), truth, unseen_cand,
-                                unseen_cand[truth])
-    return {**czsl_metrics(s, u), "curve": [s.tolist(), u.tolist()]}
+    sc = scores(model, data, which, batch)
+    biases, s, u = seen_unseen_curve(sc, truth, unseen_cand, unseen_cand[truth])
+    out = {**czsl_metrics(s, u), "curve": [s.tolist(), u.tolist()], "best_bias": best_bias(biases, s, u)}
+    if bias is not None:
+        at = at_bias(sc, truth, unseen_cand, unseen_cand[truth], bias)
+        out.update({"Sv": at["S"], "Uv": at["U"], "HMv": at["HM"], "bias": bias})
+    return out
 
 
 def open_world(model, data: D.CZSLData, batch: int, trials: int) -> dict[str, float]:
@@ -268,7 +275,8 @@ def world_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Config, c
     model.eval()
     batch, out = c["eval"]["batch"], {}
     for name, m in zip(model.names, model.models):
-        out[name] = {"closed": closed_world(m, data, "test", batch), "valid": closed_world(m, data, "valid", batch),
+        valid = closed_world(m, data, "valid", batch)
+        out[name] = {"closed": closed_world(m, data, "test", batch, bias=valid["best_bias"]), "valid": valid,
                      "open": open_world(m, data, batch, c["eval"]["threshold_trials"])}
     show = next((n for n in ("cluspro", "cluspro_hsic", "kmeans", "single") if n in model.names), None)
     proj = {"method": show, **projection(model.models[model.names.index(show)], data,
@@ -308,6 +316,8 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         finals = [t.final for t in trials if t.spec["world"] == w]
         for m in methods:
             r = res[w][m]
+            for k in ("HMv", "Sv", "Uv"):  # at the bias chosen on validation (the protocol's calibration)
+                r[k] = [f["methods"][m]["closed"][k] for f in finals]
             for k in keys:
                 r[k] = [f["methods"][m]["closed"][k] for f in finals]
                 r[f"ow_{k}"] = [f["methods"][m]["open"][f"ow_{k}"] for f in finals]

@@ -26,6 +26,9 @@ class Data(Section):
     """real scenes the generator and the oracle learn from"""
     test: int = Field(400, ge=8)
     """held-out real scenes: their masks are the conditions of the evaluation, their images FID's reference"""
+    valid: int = Field(200, ge=0)
+    """held-out real scenes, none of them a test scene, on which Δt is chosen among post.dt and
+    post.ablation_dt (0: no choice, the claims use post.dt)"""
     reward_train: int = Field(400, ge=8)
     """the first scenes of the training set the reward segmenter sees (few: it is meant to be imperfect)"""
     shard: int = Field(1000, ge=1)
@@ -105,6 +108,8 @@ class PostTrain(WorkerResources):
 class Evaluation(TaskResources):
     images: int = Field(200, ge=8)
     """generated images per model (conditions: the first test masks; the same noise for every arm of a seed)"""
+    valid_images: int = Field(100, ge=4)
+    """images per Ctrl-U arm and seed drawn for the first validation masks, to choose Δt"""
     curve_images: int = Field(32, ge=4)
     """images drawn at each eval_every during post-training"""
     steps: int = Field(20, ge=1)
@@ -147,6 +152,8 @@ class Config(StudyConfig):
             raise ValueError(f"post.t_min {p.t_min} .. post.t_max {p.t_max}: an interval within 0..999")
         if self.eval.images > d.test or self.eval.curve_images > d.test:
             raise ValueError(f"eval.images and eval.curve_images must be at most data.test {d.test}")
+        if d.valid and self.eval.valid_images > d.valid:
+            raise ValueError(f"eval.valid_images {self.eval.valid_images} must be at most data.valid {d.valid}")
         if self.pretrain.steps == 0 and (m.unet == "tiny" or m.controlnet == "tiny"):
             raise ValueError("pretrain.steps = 0 needs model.unet and model.controlnet as folders or HF ids")
         return self
@@ -154,12 +161,13 @@ class Config(StudyConfig):
 
 PRESETS = {
     "smoke": {
-        "data": {"side": 16, "train": 96, "test": 24, "reward_train": 48, "shard": 48},
+        "data": {"side": 16, "train": 96, "test": 24, "valid": 8, "reward_train": 48, "shard": 48},
         "model": {"channels": [8, 16], "context_dim": 16, "groups": 4, "embedding": [8]},
         "segmenters": {"reward_width": 4, "reward_steps": 10, "oracle_width": 8, "oracle_steps": 10, "batch": 8},
         "pretrain": {"steps": 6, "batch": 4, "warmup": 0},
-        "post": {"seeds": 1, "steps": 4, "ablation_dt": [], "batch": 4, "warmup": 0, "ramp_steps": 2, "eval_every": 2},
-        "eval": {"images": 12, "curve_images": 4, "steps": 3, "batch": 12, "grid": 3},
+        "post": {"seeds": 1, "steps": 4, "ablation_dt": [50], "batch": 4, "warmup": 0, "ramp_steps": 2,
+                 "eval_every": 2},
+        "eval": {"images": 12, "valid_images": 8, "curve_images": 4, "steps": 3, "batch": 12, "grid": 3},
     },
     "small": {},
     "paper": {

@@ -22,7 +22,8 @@ from ...sweep.grid import resumable, run_grid
 from . import data as D
 from .config import Config
 
-SPLITS = ("train", "test")
+SPLITS = ("train", "test", "valid")
+"""the scene splits (their order seeds their generation: valid, added last, leaves the others as they were)"""
 BASE = "base"
 """the pretrained model's label among the evaluated ones"""
 
@@ -53,9 +54,9 @@ def generate_data(cfg: Config, ctx: RunContext) -> dict[str, str]:
     import ray
 
     d = cfg.data.model_dump()
-    paths = {s: ctx.run_dir.storage("data", f"{s}.npz") for s in SPLITS}
+    paths = {s: ctx.run_dir.storage("data", f"{s}.npz") for s in SPLITS if getattr(cfg.data, s)}
     task = ray.remote(num_cpus=1)(generate_shard)
-    for split in SPLITS:
+    for split in paths:
         if storage.is_file(paths[split]):
             continue
         sizes = D.shard_sizes(getattr(cfg.data, split), cfg.data.shard)
@@ -345,10 +346,11 @@ def arm_trial(config: dict[str, Any], trial_dir: Path | str, *, c: dict[str, Any
 # ------------------------------------------------------------------------------------ evaluation
 
 def evaluate(c: dict[str, Any], base: str, controlnet: str | None, seed: int, paths: dict[str, str],
-             segmenters: dict[str, str], grid: bool) -> dict[str, Any]:
+             segmenters: dict[str, str], grid: bool, split: str = "test") -> dict[str, Any]:
     """One model's images for the first ``eval.images`` test masks (noise seeded by ``seed``): the
     oracle's and the reward model's mIoU, the Fréchet distance of the oracle's features to those of
-    the real test images, and (``grid``) the first images for the figure."""
+    the real test images, and (``grid``) the first images for the figure. ``split="valid"``: the
+    first ``eval.valid_images`` validation masks instead (Δt's choice)."""
     import torch
 
     from ...diffusion.fid import frechet_distance
@@ -358,8 +360,8 @@ def evaluate(c: dict[str, Any], base: str, controlnet: str | None, seed: int, pa
     torch.set_num_threads(1)
     device = inference_device()  # the task's GPU where Ray gave it one
     e = c["eval"]
-    test = D.load(paths["test"])
-    masks = test.masks[:e["images"]]
+    test = D.load(paths[split])
+    masks = test.masks[:e["images" if split == "test" else "valid_images"]]
     images = draw(load_denoiser(base, controlnet).to(device), masks, steps=e["steps"], guidance=e["guidance"],
                   seed=seed, batch=e["batch"])
     oracle = load_segmenter(c, "oracle", segmenters["oracle"]).to(device)
@@ -392,6 +394,28 @@ def real_scores(c: dict[str, Any], paths: dict[str, str], segmenters: dict[str, 
     g = c["eval"]["grid"]
     return {"fid_real_halves": frechet_distance(f[:half], f[half:]), "grid_masks": test.masks[:g].tolist(),
             "grid_real": test.images[:g].tolist()}
+
+
+def choose_dt(cfg: Config, ctx: RunContext, trials, ctrl_u: list[str], task, c: dict[str, Any], base: str,
+              paths: dict[str, str], seg_paths: dict[str, str], dts: dict[str, int]) -> dict[str, Any]:
+    """Δt for the claims: the Ctrl-U arm (post.dt and each of post.ablation_dt) whose images for the
+    validation masks the oracle reads best (mean mIoU over seeds; ties: the first, post.dt), or
+    post.dt where there is nothing to choose from. {"on", "chosen", "dt", "valid": {arm: {seed: mIoU}}}."""
+    if len(ctrl_u) < 2 or "valid" not in paths:
+        return {"on": "fixed", "chosen": "ctrl_u", "dt": cfg.post.dt, "valid": {}}
+    picked = [t for t in trials if t.spec["name"] in ctrl_u]
+    ctx.say("choosing Δt on %d validation masks: %s ...", cfg.eval.valid_images, ", ".join(
+        f"{n} (Δt {dts[n]})" for n in ctrl_u))
+    got = ctx.wait_all([task.remote(c, base, t.final["controlnet"], t.spec["seed"], paths, seg_paths, False, "valid")
+                        for t in picked], "validation images")
+    valid: dict[str, dict[str, float]] = {n: {} for n in ctrl_u}
+    for t, v in zip(picked, got):
+        valid[t.spec["name"]][str(t.spec["seed"])] = v["oracle_miou"]
+    means = [float(np.mean(list(valid[n].values()))) for n in ctrl_u]
+    chosen = ctrl_u[int(np.argmax(means))]
+    ctx.say("Δt = %d (%s: validation oracle mIoU %s)", dts[chosen], chosen,
+            ", ".join(f"{n} {m:.3f}" for n, m in zip(ctrl_u, means)))
+    return {"on": "valid", "chosen": chosen, "dt": dts[chosen], "valid": valid}
 
 
 def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
@@ -450,7 +474,10 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         ctx.log(stage="eval", model=name, **{k: float(np.mean([p[k] for p in per.values()]))
                                              for k in ("oracle_miou", "reward_miou", "fid")})
     names = [name for name, _, _ in variants]
+    dt_choice = choose_dt(cfg, ctx, trials, [name for name, a, _ in variants if a == "ctrl_u"], task, c, base, paths,
+                          seg_paths, {name: dt for name, _, dt in variants})
     return {"arms": arms, "ablation": {f"ctrl_u_dt{v}": v for v in cfg.post.ablation_dt}, "dt": cfg.post.dt,
+            "dt_choice": dt_choice,
             "seeds": seeds, "scores": scores, "segmenters": seg,
             "fid_real_halves": real["fid_real_halves"],
             "grids": {"masks": real["grid_masks"], "real": real["grid_real"], **grids},
@@ -546,7 +573,7 @@ def plan(cfg: Config) -> list:
     fp = Footprint(worst.activation_bytes, 3 * per_row * tc.micro_batch_size, worst.how + "; the largest arm's "
                    "activations, FLOPs averaged over the arms")
     draws = e.steps * (2 if e.guidance != 1 else 1) * f_eps  # one image: DDIM with CFG
-    scenes = [k for split in SPLITS for k in D.shard_sizes(getattr(d, split), d.shard)]
+    scenes = [k for split in SPLITS if getattr(d, split) for k in D.shard_sizes(getattr(d, split), d.shard)]
     img = 4 * d.side ** 2  # a scene: uint8 image and mask
     oracle = module_footprint(lambda: (OracleSegmenter(s.oracle_width), lambda m: F.cross_entropy(
         m(torch.rand(s.batch, 3, d.side, d.side)), torch.zeros(s.batch, d.side, d.side, dtype=torch.long))))
@@ -573,6 +600,12 @@ def plan(cfg: Config) -> list:
                                                if latent else "")
                              + f"; the mIoU curve adds {curve * runs:.2e} FLOP of sampling"))
     models = runs + q.seeds
+    n_ctrl = variants.count("ctrl_u")
+    if n_ctrl > 1 and d.valid:
+        stages.append(Tasks("Δt on validation", e, n_ctrl * q.seeds, weights_bytes(net, bf16=False) + d.valid * img
+                            + 3 * e.valid_images * 12 * d.side ** 2, model=net,
+                            flops=n_ctrl * q.seeds * e.valid_images * draws,
+                            note=f"{n_ctrl} Ctrl-U arms x {q.seeds} seeds x {e.valid_images} validation images"))
     stages.append(Tasks("eval", e, models + 1, weights_bytes(net, bf16=False) + d.test * img + 3 * e.images * 12
                         * d.side ** 2, model=net, flops=models * e.images * draws,
                         note=f"{models} models (arms + base per seed) x {e.images} images, DDIM {e.steps} steps at "
