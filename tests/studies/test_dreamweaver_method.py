@@ -204,3 +204,23 @@ def test_the_prototype_memory_maps_every_untrained_slot_to_one_vector():
 
     assert slot_cosine(True) > 0.999
     assert slot_cosine(False) < 0.95
+
+
+def test_dci_reads_whole_videos_apart_from_the_imagination_tests():
+    """DCI's videos exclude the swap test's (the first ones on the test split), hold enough object
+    rows, and the trees' train/held-out boundary falls between videos (a video's objects on one side)."""
+    from iclr_ray.studies.dreamweaver.run import dci_videos
+
+    idx = dci_videos(100, 3, 60, 30, seed=0)
+    assert len(idx) == 20 and idx.min() >= 30 and len(set(idx.tolist())) == 20
+    assert (dci_videos(100, 3, 60, 30, seed=0) == idx).all() and not (dci_videos(100, 3, 60, 30, seed=1) == idx).all()
+    n_train = int(round(0.75 * len(idx))) * 3
+    video_of_row = np.repeat(idx, 3)
+    assert not set(video_of_row[:n_train]) & set(video_of_row[n_train:])
+
+
+def test_the_split_keeps_swap_and_dci_videos_apart_or_refuses():
+    from iclr_ray.studies.dreamweaver.config import PRESETS, Config
+
+    with pytest.raises(ValueError, match="disjoint videos"):
+        Config.model_validate({**PRESETS["smoke"], "eval": {**PRESETS["smoke"]["eval"], "swap_videos": 39}})

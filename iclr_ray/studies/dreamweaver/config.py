@@ -64,7 +64,9 @@ class Model(Section):
 
 class Train(WorkerResources):
     objectives: list[str] = list(OBJECTIVES)
-    seeds: int = Field(3, ge=1)
+    seeds: int = Field(5, ge=1)
+    """one Tune trial per (objective, seed); 5 at small (a t interval over 3 seeds, 2 degrees of
+    freedom, left most claims inconclusive by its width alone)"""
     steps: int = Field(3000, ge=1)
     batch: int = Field(24, ge=1)
     lr_enc: float = Field(1e-4, gt=0)
@@ -112,6 +114,10 @@ class Config(StudyConfig):
             raise ValueError(f"a clip of cond + pred = {m.cond + m.pred} frames needs data.frames >= that")
         if m.slots < d.objects:
             raise ValueError(f"model.slots {m.slots} < data.objects {d.objects}: every object needs a slot")
+        e = self.eval
+        if e.swap_videos >= d.test or (d.test - e.swap_videos) * d.objects < e.dci_points:
+            raise ValueError(f"data.test {d.test}: the imagination test's eval.swap_videos {e.swap_videos} and DCI's "
+                             f"eval.dci_points {e.dci_points} (at {d.objects} objects a video) need disjoint videos")
         return self
 
 

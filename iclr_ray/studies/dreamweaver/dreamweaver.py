@@ -420,13 +420,14 @@ def match_slots(truth: np.ndarray, pred: np.ndarray) -> np.ndarray:
 
 
 def importance_matrix(x: np.ndarray, y: np.ndarray, train_frac: float = 0.75, seed: int = 0,
-                      **gbt) -> tuple[np.ndarray, np.ndarray]:
+                      n_train: int | None = None, **gbt) -> tuple[np.ndarray, np.ndarray]:
     """Gradient-boosted trees (scikit-learn's defaults, as the official script) per factor on
     slot vectors x (n, D) with discrete factors y (n, G): the (D, G) importance matrix (each column
-    the classifier's impurity importances) and each factor's held-out accuracy (G,)."""
+    the classifier's impurity importances) and each factor's held-out accuracy (G,). The first
+    ``n_train`` rows (default: ``train_frac`` of them) train, the rest are held out."""
     from sklearn.ensemble import GradientBoostingClassifier
 
-    n_train = int(round(train_frac * len(x)))
+    n_train = int(round(train_frac * len(x))) if n_train is None else int(n_train)
     imp, acc = np.zeros((x.shape[1], y.shape[1])), np.zeros(y.shape[1])
     for g in range(y.shape[1]):
         clf = GradientBoostingClassifier(random_state=seed, **gbt).fit(x[:n_train], y[:n_train, g])

@@ -172,7 +172,10 @@ def eval_clips(videos: D.Videos, c: dict[str, Any], seed: int) -> tuple[np.ndarr
 def score_dci(c: dict[str, Any], objective: str, seed: int, model_path: str | None, split: str,
               data_path: str) -> dict[str, Any]:
     """DCI of one checkpoint on one split: the last conditioning step's slots, matched to objects,
-    against each object's factors in the first predicted frame (T + 1), as the official script."""
+    against each object's factors in the first predicted frame (T + 1), as the official script. The
+    trees train on 75% of the videos and are scored on the others (a video's objects never on both
+    sides); on the test split, the videos of the imagination test are left out, so the block
+    importances the swap is chosen by never saw the videos it is scored on."""
     import torch
 
     from .dreamweaver import block_importance, dci, importance_matrix, matched, probe
@@ -181,18 +184,27 @@ def score_dci(c: dict[str, Any], objective: str, seed: int, model_path: str | No
     videos = D.load(data_path)
     model = load_model(c, objective, seed, model_path)
     starts, last = eval_clips(videos, c, seed)
-    idx = np.arange(len(videos))
-    slots, order = probe(model, D.clip(videos, idx, starts, c["model"]["cond"]), videos.masks[idx, last],
+    idx = dci_videos(len(videos), c["data"]["objects"], c["eval"]["dci_points"],
+                     c["eval"]["swap_videos"] if split == "test" else 0, seed)
+    slots, order = probe(model, D.clip(videos, idx, starts[idx], c["model"]["cond"]), videos.masks[idx, last[idx]],
                          c["data"]["objects"], seed)
-    x = matched(slots, order).reshape(-1, slots.shape[-1])
-    y = videos.factors[idx, last + 1].reshape(-1, len(D.FACTORS))
-    pick = np.random.default_rng([seed, 2]).permutation(len(x))[:c["eval"]["dci_points"]]
-    imp, acc = importance_matrix(x[pick], y[pick], seed=seed)
+    x = matched(slots, order).reshape(-1, slots.shape[-1])  # video-major: each video's objects together
+    y = videos.factors[idx, last[idx] + 1].reshape(-1, len(D.FACTORS))
+    n_train = int(round(0.75 * len(idx))) * c["data"]["objects"]
+    imp, acc = importance_matrix(x, y, seed=seed, n_train=n_train)
     r = block_importance(imp, c["model"]["blocks"])
     n_static = len(D.STATIC)
     return {"R": r.tolist(), "accuracy": dict(zip(D.FACTORS, acc.tolist())), "all": dci(r),
             "static": dci(r[:, :n_static]), "dynamic": dci(r[:, n_static:]),
             "I_static": float(acc[:n_static].mean()), "I_dynamic": float(acc[n_static:].mean())}
+
+
+def dci_videos(n_videos: int, objects: int, points: int, skip: int, seed: int) -> np.ndarray:
+    """The videos DCI reads, in a seeded order: enough for ``points`` object rows, none of the first
+    ``skip`` (the imagination test's)."""
+    pool = np.arange(skip, n_videos)
+    need = -(-points // objects)
+    return np.random.default_rng([seed, 2]).permutation(pool)[:need]
 
 
 def factor_reader(videos: D.Videos, side: int, seed: int):
