@@ -23,8 +23,9 @@ class Data(Section):
     frames: int = Field(6, ge=4)
     """frames per video; a training clip is cond + pred consecutive frames from a random start"""
     train: int = Field(3000, ge=8)
-    test: int = Field(1000, ge=8)
-    """videos per split (test and ood: DCI and the imagination test)"""
+    test: int = Field(1300, ge=8)
+    """test videos: the imagination test's first ``eval.swap_videos``, DCI's among the others (1,300
+    at small: 1,000 for DCI's 2,000 object rows at 2 objects, and the swap test's 300)"""
     ood: int = Field(500, ge=0)
     shard: int = Field(500, ge=1)
     """videos per generation task"""
