@@ -228,7 +228,25 @@ def _join_parts(spec: Packaged, parts: list[Path], out: Path) -> Path:
 
 
 def _convert(spec: Packaged, sources: list[Path], out: Path) -> None:
-    """Write an ordinary Hugging Face checkpoint of the packaged model into ``out``."""
+    """Write an ordinary Hugging Face checkpoint of the packaged model into ``out``, with
+    transformers' progress bars off (a command that converts on first use and then stops on bad
+    input still prints its one line)."""
+    import contextlib
+    import io
+
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # the GGUF reader's own tqdm ignores the switch
+            _convert_quietly(spec, sources, out)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+
+
+def _convert_quietly(spec: Packaged, sources: list[Path], out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     joined = _join_parts(spec, sources, out) if spec.parts else None
