@@ -83,6 +83,19 @@ def paired_difference(a: Sequence[float], b: Sequence[float]) -> Estimate:
     return mean(a - b)
 
 
+def geometric_ratio(a: Sequence[float], b: Sequence[float] | float) -> Estimate:
+    """The geometric mean over paired draws of a / b (``b`` may be one number), with the t interval
+    of the per-draw log-ratio mapped back; a pair whose log-ratio is not finite (a zero) is left
+    out."""
+    a = np.asarray(a, float)
+    b = np.broadcast_to(np.asarray(b, float), a.shape) if np.ndim(b) == 0 else np.asarray(b, float)
+    n = min(len(a), len(b))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = mean(np.log(a[:n] / b[:n]))
+    lo, hi = e.ci
+    return Estimate(math.exp(e.value) if math.isfinite(e.value) else math.nan, (math.exp(lo), math.exp(hi)), e.n)
+
+
 def _wilson(successes: int, n: int) -> tuple[float, float]:
     from scipy import stats
 

@@ -308,12 +308,19 @@ def evaluate(model: nn.Module, targets: Interactions, exclude: Interactions | No
         u, i = model()
         if isinstance(model, AlphaRec):
             u, i = F.normalize(u, dim=-1), F.normalize(i, dim=-1)
-        parts = []
-        for start in range(0, targets.n_users, chunk):
-            stop = min(start + chunk, targets.n_users)
-            r = rank_metrics(u[start:stop] @ i.T, targets.block(start, stop),
-                             None if exclude is None else exclude.block(start, stop), k, candidates)
-            parts.append(Ranking(r.users + start, r.recall, r.ndcg, r.hr))
+        return rank_by_dot(u, i, targets, exclude, k, candidates, chunk)
+
+
+def rank_by_dot(u: torch.Tensor, i: torch.Tensor, targets: Interactions, exclude: Interactions | None, k: int,
+                candidates: torch.Tensor | None = None, chunk: int = 2048) -> Ranking:
+    """:func:`rank_metrics` of the scores u @ i.T, a chunk of users at a time (no users x items
+    matrix of a large catalogue is ever held whole)."""
+    parts = []
+    for start in range(0, targets.n_users, chunk):
+        stop = min(start + chunk, targets.n_users)
+        r = rank_metrics(u[start:stop] @ i.T, targets.block(start, stop),
+                         None if exclude is None else exclude.block(start, stop), k, candidates)
+        parts.append(Ranking(r.users + start, r.recall, r.ndcg, r.hr))
     return Ranking(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("users", "recall", "ndcg", "hr")))
 
 
@@ -338,13 +345,7 @@ def title_mean_ranking(train: tuple[np.ndarray, np.ndarray], item_emb: np.ndarra
     items = F.normalize(torch.as_tensor(np.asarray(item_emb, np.float32)), dim=-1)
     users, its = torch.as_tensor(np.asarray(train[0], np.int64)), torch.as_tensor(np.asarray(train[1], np.int64))
     sums = torch.zeros(targets.n_users, items.shape[1]).index_add_(0, users, items[its])
-    u = F.normalize(sums, dim=-1)
-    parts = []
-    for start in range(0, targets.n_users, chunk):
-        stop = min(start + chunk, targets.n_users)
-        r = rank_metrics(u[start:stop] @ items.T, targets.block(start, stop), None, k, candidates)
-        parts.append(Ranking(r.users + start, r.recall, r.ndcg, r.hr))
-    return Ranking(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("users", "recall", "ndcg", "hr")))
+    return rank_by_dot(F.normalize(sums, dim=-1), items, targets, None, k, candidates, chunk)
 
 
 def random_recall(n_candidates: int, k: int) -> float:

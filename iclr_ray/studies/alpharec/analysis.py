@@ -7,13 +7,13 @@ t interval over seeds of the per-seed log-ratio, mapped back (a bootstrap of a h
 cannot reach past their extremes)."""
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 
-from ...claims import Claim, Estimate, mean
+from ...claims import Claim, Estimate
+from ...claims import geometric_ratio as log_ratio
 from ...markdown import fmt, table
 
 ID_MODELS = ("mf", "lightgcn", "xsimgcl")
@@ -30,26 +30,10 @@ def best_id(metrics: dict[str, Any]) -> str | None:
     return max(ids, key=lambda m: float(sel(metrics, m, "valid_recall").mean())) if ids else None
 
 
-def log_ratio(a: np.ndarray, b: np.ndarray | float) -> Estimate:
-    """The geometric mean over paired seeds of a / b, with the t interval of the per-seed log-ratio
-    mapped back (a seed where either is 0 gives no finite log and is left out)."""
-    a = np.asarray(a, float)
-    b = np.broadcast_to(np.asarray(b, float), a.shape) if np.ndim(b) == 0 else np.asarray(b, float)
-    n = min(len(a), len(b))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        e = mean(np.log(a[:n] / b[:n]))
-    lo, hi = e.ci
-    return Estimate(math.exp(e.value) if math.isfinite(e.value) else math.nan, (math.exp(lo), math.exp(hi)), e.n)
-
-
 def relative(a: np.ndarray, b: np.ndarray) -> Estimate:
-    """a / b - 1 over paired seeds (:func:`log_ratio` less one)."""
+    """a / b - 1 over paired seeds (the geometric mean ratio less one)."""
     r = log_ratio(a, b)
     return Estimate(r.value - 1.0, (r.ci[0] - 1.0, r.ci[1] - 1.0), r.n)
-
-
-def ratio(a: np.ndarray, b: np.ndarray) -> Estimate:
-    return log_ratio(a, b)
 
 
 def claims(metrics: dict[str, Any], cfg=None) -> list[Claim]:
@@ -75,7 +59,7 @@ def claims(metrics: dict[str, Any], cfg=None) -> list[Claim]:
             "converges_faster", f"AlphaRec converges in far fewer epochs: the best ID baseline's ({base}) epochs to "
                                 f"{metrics['converge_share']:.0%} of its best validation Recall@{k}, over AlphaRec's "
                                 "('far fewer' read as at most half: ratio >= 2)",
-            ratio(sel(metrics, base, "converge_epoch"), sel(metrics, main, "converge_epoch")), 2.0,
+            log_ratio(sel(metrics, base, "converge_epoch"), sel(metrics, main, "converge_epoch")), 2.0,
             note="the paper's convergence figure (the official repo's assets/convergence.png); 'far fewer' read as "
                  "at least half", source="paper-read"))
     lin = f"linear[{first}]"
@@ -89,7 +73,7 @@ def claims(metrics: dict[str, Any], cfg=None) -> list[Claim]:
         out.append(Claim.at_least(
             "linear_recovers", f"The linear map recovers most of AlphaRec's test Recall@{k} (linear / MLP; 'most' read "
                                "as at least 0.9)",
-            ratio(sel(metrics, lin, "test_recall"), sel(metrics, main, "test_recall")), 0.9,
+            log_ratio(sel(metrics, lin, "test_recall"), sel(metrics, main, "test_recall")), 0.9,
             note="paper Sec. 2: linearly mapped LM representations already beat ID-based CF; 'most' read as 90%",
             source="paper-read"))
     if "noise" in models:

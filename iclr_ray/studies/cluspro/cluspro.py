@@ -365,12 +365,16 @@ def seen_unseen_curve(scores: np.ndarray, truth: np.ndarray, unseen_cand: np.nda
     return biases, accs[0], accs[1]
 
 
+def harmonic(seen_acc, unseen_acc) -> np.ndarray:
+    """The harmonic mean of seen and unseen accuracy (0 where both are 0), elementwise."""
+    s, u = np.asarray(seen_acc, float), np.asarray(unseen_acc, float)
+    return np.where(s + u > 0, 2 * s * u / np.maximum(s + u, 1e-12), 0.0)
+
+
 def best_bias(biases: np.ndarray, seen_acc: np.ndarray, unseen_acc: np.ndarray) -> float:
     """The calibration bias of a sweep with the best harmonic mean (the first of ties): chosen on
     the validation split, then applied to the test split."""
-    s, u = np.asarray(seen_acc, float), np.asarray(unseen_acc, float)
-    hm = np.where(s + u > 0, 2 * s * u / np.maximum(s + u, 1e-12), 0.0)
-    return float(np.asarray(biases, float)[int(np.argmax(hm))])
+    return float(np.asarray(biases, float)[int(np.argmax(harmonic(seen_acc, unseen_acc)))])
 
 
 def at_bias(scores: np.ndarray, truth: np.ndarray, unseen_cand: np.ndarray, unseen_sample: np.ndarray,
@@ -384,14 +388,14 @@ def at_bias(scores: np.ndarray, truth: np.ndarray, unseen_cand: np.ndarray, unse
     right = pred == truth
     s = float(right[~unseen_sample].mean()) if (~unseen_sample).any() else 0.0
     u = float(right[unseen_sample].mean()) if unseen_sample.any() else 0.0
-    return {"S": s, "U": u, "HM": 2 * s * u / (s + u) if s + u > 0 else 0.0}
+    return {"S": s, "U": u, "HM": float(harmonic(s, u))}
 
 
 def czsl_metrics(seen_acc: Sequence[float], unseen_acc: Sequence[float]) -> dict[str, float]:
     """Best seen S, best unseen U, best harmonic mean HM over the sweep, and the AUC of the
     seen-unseen curve (trapezoids, by increasing unseen accuracy)."""
     s, u = np.asarray(seen_acc, float), np.asarray(unseen_acc, float)
-    hm = np.where(s + u > 0, 2 * s * u / np.maximum(s + u, 1e-12), 0.0)
+    hm = harmonic(s, u)
     order = np.argsort(u, kind="stable")
     us, ss = u[order], s[order]
     auc = float(np.sum((us[1:] - us[:-1]) * (ss[1:] + ss[:-1]) / 2))

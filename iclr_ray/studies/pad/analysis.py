@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ...claims import Claim, Estimate, exact, mean, paired_difference
+from ...claims import Claim, Estimate, exact, geometric_ratio, mean, paired_difference
 from ...markdown import fmt, table
 from .data import RULES
 
@@ -140,13 +140,6 @@ def _finite(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a[ok], b[ok]
 
 
-def _ratio(a: np.ndarray, b: np.ndarray) -> Estimate:
-    """The geometric mean of a / b over paired timings, with its t interval on the log scale."""
-    e = mean(np.log(a / b))
-    lo, hi = e.ci
-    return Estimate(math.exp(e.value), (math.exp(lo), math.exp(hi)), e.n)
-
-
 def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
     trained, unseen = metrics["preferences"]["trained"], metrics["preferences"]["unseen"]
     out: list[Claim] = []
@@ -213,7 +206,7 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
         out.append(Claim.above(
             "gate_speeds_up", f"calling the PRM only below a top-2 margin of {metrics['settings']['margin']:g} "
                               "decodes faster than PAD (tokens/s ratio)",
-            _ratio(tp["gated"], tp["pad"]), 1.0,
+            geometric_ratio(tp["gated"], tp["pad"]), 1.0,
             note="the practitioners' fix for PAD's cost (a PRM call per token); unit: a timed decode of "
                  "every held-out query (PRM seed x preference)", source="ours"))
     out.append(Claim.at_least("w0_is_base", "w = 0 gives exactly the base model's greedy replies on the prompt it "
@@ -291,9 +284,9 @@ def report_md(metrics: dict[str, Any], cfg) -> str:
         parts += ["## Cost (tokens/s in the same process, per PRM run and preference)", "",
                   table(["decoder", "tokens/s (mean)", "vs base"],
                         [["base", fmt(float(np.mean(tp["base"])), ".1f"), "1"],
-                         ["PAD", fmt(float(np.mean(tp["pad"])), ".1f"), _ci(_ratio(tp["pad"], tp["base"]))],
+                         ["PAD", fmt(float(np.mean(tp["pad"])), ".1f"), _ci(geometric_ratio(tp["pad"], tp["base"]))],
                          [f"PAD gated (margin {s['margin']:g})", fmt(float(np.mean(tp["gated"])), ".1f"),
-                          _ci(_ratio(tp["gated"], tp["base"]))]]), "",
+                          _ci(geometric_ratio(tp["gated"], tp["base"]))]]), "",
                   f"The gated decoder called the PRM at {fmt(100 * float(np.mean(tp['prm_call_share'])), '.0f')}% of "
                   "its steps.", ""]
     curve = sweep_curve(metrics)
