@@ -528,7 +528,7 @@ def load_bundle(path: str):
 
     b = torch.load(path, map_location="cpu", weights_only=True)
     served = Served(b["mlp"], b["item_lm"], b["n_users"], b["train_users"], b["train_items"], b["layers"], b["dim"],
-                    b["hidden_ratio"], b["linear"])
+                    b["hidden_ratio"], b["linear"], b.get("mlp_weights"))
     return served, b
 
 

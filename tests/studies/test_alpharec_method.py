@@ -62,6 +62,16 @@ def test_alpharec_maps_language_embeddings_through_one_mlp_then_the_graph():
     assert sum(p.numel() for p in m.parameters()) == 12 * 6 + 6 + 6 * 5 + 5  # the LM embeddings are frozen buffers
 
 
+def test_the_mlp_keeps_one_weight_budget_across_lm_widths_as_the_official_multipliers_do():
+    budget = 3072 * 1536  # text-embedding-3-large at the official 1/2
+    for d, multiplier in [(768, 8), (1536, 2), (3072, 0.5), (4096, 9 / 32)]:  # BERT, ada-002, v3, 7B LMs
+        assert A.mlp_hidden(d, 0.5, budget) == round(multiplier * d)
+    assert A.mlp_hidden(576, 0.5) == 288 and A.mlp_hidden(576, 0.5, 384 * 192) == 128
+    adj = A.norm_adj(*_graph(2))
+    m = A.AlphaRec(torch.randn(9, 576), torch.randn(7, 576), adj, dim=5, mlp_weights=384 * 192)
+    assert m.mlp[0].weight.numel() == 384 * 192
+
+
 def test_info_nce_equals_the_formula():
     g = torch.Generator().manual_seed(3)
     u, items = torch.randn(4, 8, generator=g), torch.randn(30, 8, generator=g)

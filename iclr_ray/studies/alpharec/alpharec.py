@@ -59,11 +59,20 @@ def propagate(adj: torch.Tensor, e0: torch.Tensor, layers: int, include_0: bool 
 # ----------------------------------------------------------------------------- the models
 
 
+def mlp_hidden(d: int, hidden_ratio: float, mlp_weights: int | None = None) -> int:
+    """The MLP's hidden width for a d-wide LM: ``mlp_weights / d`` when a weight budget is given (the
+    official multipliers 8, 2, 1/2 and 9/32 for 768-, 1536-, 3072- and 4096-d LMs all keep the first
+    layer at 3072 x 1536 weights, so every LM gets about the same parameter count), else
+    ``hidden_ratio * d``."""
+    h = mlp_weights / d if mlp_weights else hidden_ratio * d
+    return max(1, int(round(h)))
+
+
 class AlphaRec(nn.Module):
     """Language representations -> MLP (or the linear map) -> LightGCN; scored by cosine."""
 
     def __init__(self, item_lm: torch.Tensor, user_lm: torch.Tensor, adj: torch.Tensor, layers: int = 2,
-                 hidden_ratio: float = 0.5, dim: int = 64, linear: bool = False):
+                 hidden_ratio: float = 0.5, dim: int = 64, linear: bool = False, mlp_weights: int | None = None):
         super().__init__()
         d = item_lm.shape[1]
         self.register_buffer("item_lm", item_lm.float(), persistent=False)
@@ -73,7 +82,7 @@ class AlphaRec(nn.Module):
         if linear:
             self.mlp = nn.Sequential(nn.Linear(d, dim, bias=False))
         else:
-            hidden = max(1, int(round(hidden_ratio * d)))
+            hidden = mlp_hidden(d, hidden_ratio, mlp_weights)
             self.mlp = nn.Sequential(nn.Linear(d, hidden), nn.LeakyReLU(), nn.Linear(hidden, dim))
 
     def forward(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -479,13 +488,13 @@ class Served:
 
     def __init__(self, mlp_state: dict[str, torch.Tensor], item_lm: torch.Tensor, n_users: int,
                  train_users: torch.Tensor, train_items: torch.Tensor, layers: int, dim: int, hidden_ratio: float,
-                 linear: bool):
+                 linear: bool, mlp_weights: int | None = None):
         n_items = item_lm.shape[0]
         adj = norm_adj(n_users, n_items, train_users.numpy(), train_items.numpy())
         users_lm = torch.zeros(n_users, item_lm.shape[1])
         users_lm.index_add_(0, train_users, item_lm[train_items].float())
         users_lm /= torch.bincount(train_users, minlength=n_users).clamp(min=1)[:, None]
-        self.model = AlphaRec(item_lm, users_lm, adj, layers, hidden_ratio, dim, linear)
+        self.model = AlphaRec(item_lm, users_lm, adj, layers, hidden_ratio, dim, linear, mlp_weights)
         self.model.mlp.load_state_dict(mlp_state)
         self.model.eval()
         self.n_users = n_users

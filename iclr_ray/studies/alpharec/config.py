@@ -60,8 +60,14 @@ class Model(Section):
     layers: int = Field(2, ge=0)
     """LightGCN layers [n_layers]"""
     hidden_ratio: float = Field(0.5, gt=0)
-    """AlphaRec's MLP hidden size as a multiple of the LM's width (the official 1/2 for the 3072-d
-    text-embedding-3-large, 2 for 1536-d ada-002, 8 for 768-d BERT)"""
+    """AlphaRec's MLP hidden size as a multiple of the LM's width, used when ``mlp_weights`` is
+    null (the official 1/2 for the 3072-d text-embedding-3-large, 2 for 1536-d ada-002, 8 for
+    768-d BERT)"""
+    mlp_weights: int | None = Field(73_728, ge=1)
+    """weights of the MLP's first layer, the same for every LM: hidden = mlp_weights / d, as the
+    official multipliers keep 3072 x 1536 = 4,718,592 for every LM (paper preset). 73,728 is
+    384 x 192, the official ratio 1/2 on MiniLM (the first LM here), so SmolLM2's 576 dims get 128
+    hidden units rather than 288; null: hidden_ratio x d for each LM"""
     tau: float = Field(0.15, gt=0)
     """InfoNCE temperature (0.15 for Books and Movies & TV, 0.2 for Games)"""
     negatives: int = Field(256, ge=1)
@@ -158,7 +164,8 @@ PRESETS = {
         # --set data.alpharec_dir=... --set embedding.embeddings.v3=.../item_cf_embeds_large3_array.npy
         "data": {"require_split": True},
         "embedding": {"lms": ["v3"], "gpus_per_task": 1},  # the GPU: for an open LM named in lms instead
-        "model": {"tau": 0.15, "negatives": 256, "hidden_ratio": 0.5, "cl_weight": 0.2},
+        "model": {"tau": 0.15, "negatives": 256, "hidden_ratio": 0.5, "mlp_weights": 4_718_592,
+                  "cl_weight": 0.2},
         "train": {"epochs": 500, "batch": 4096, "lr": 5e-4, "id_lr": 5e-4, "seeds": 3, "gpus_per_worker": 1},
         "zero_shot": {"enabled": False},
     },

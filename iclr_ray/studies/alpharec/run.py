@@ -189,7 +189,8 @@ class RecRecipe(Recipe):
         if kind in INFO_NCE_KINDS:
             lm = self.item_lm[member["embedding"]]
             users = torch.as_tensor(user_means(w.n_users, *w.train, lm.numpy()))
-            return A.AlphaRec(lm, users, self.adj, hp["layers"], hp["hidden_ratio"], hp["dim"], linear=kind == "linear")
+            return A.AlphaRec(lm, users, self.adj, hp["layers"], hp["hidden_ratio"], hp["dim"], linear=kind == "linear",
+                              mlp_weights=hp["mlp_weights"])
         if kind == "mf":
             return A.MF(w.n_users, w.n_items, hp["dim"])
         if kind == "lightgcn":
@@ -367,7 +368,7 @@ def write_bundle(location: str, checkpoint: str, index: int, split: D.Split, emb
               "n_users": int(split.n_users), "train_users": torch.as_tensor(split.train[0]),
               "train_items": torch.as_tensor(split.train[1]), "lm": lm, "precomputed": precomputed,
               "linear": kind == "linear", "layers": int(hp["layers"]), "dim": int(hp["dim"]),
-              "hidden_ratio": float(hp["hidden_ratio"])}
+              "hidden_ratio": float(hp["hidden_ratio"]), "mlp_weights": hp["mlp_weights"]}
     buf = io.BytesIO()
     torch.save(bundle, buf)
     storage.write_bytes(location, buf.getvalue())
@@ -556,7 +557,7 @@ def plan(cfg: Config) -> list:
             if m["kind"] in INFO_NCE_KINDS:
                 d = width[m["label"]]
                 return A.AlphaRec(torch.zeros(items, d), torch.zeros(users, d), adj, h.layers, h.hidden_ratio, h.dim,
-                                  linear=m["kind"] == "linear")
+                                  linear=m["kind"] == "linear", mlp_weights=h.mlp_weights)
             return A.MF(users, items, h.dim) if m["kind"] == "mf" else A.LightGCN(users, items, adj, h.layers, h.dim)
 
         return torch.nn.ModuleList(one(m) for m in members)
