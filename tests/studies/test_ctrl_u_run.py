@@ -22,6 +22,7 @@ def test_input_errors_exit_2_before_ray(input_error):
     assert "eval.images" in input_error("ctrl_u", ["eval.images=100"])
     assert "post.ablation_dt" in input_error("ctrl_u", ["post.ablation_dt=[1]"])
     assert "model.unet" in input_error("ctrl_u", ["model.unet=runwayml/stable-diffusion-v1-5"])
+    assert "pretrain.bases" in input_error("ctrl_u", ["pretrain.bases=5"])  # 4 seeds: a base no seed uses
 
 
 @pytest.fixture(scope="module")
@@ -119,16 +120,22 @@ def smoke_run(ray_cluster, tmp_path_factory):
 def test_smoke_study_post_trains_every_arm_and_judges_every_claim(smoke_run):
     result = json.loads((smoke_run / "result.json").read_text())
     m = result["metrics"]
-    assert m["arms"] == ["controlnet", "reward", "ctrl_u"] and m["seeds"] == [0]
+    assert m["arms"] == ["controlnet", "reward", "ctrl_u"] and m["seeds"] == [0, 1]
     assert set(m["scores"]) == {"base", "controlnet", "reward", "ctrl_u", "ctrl_u_dt50"}
     for name, per in m["scores"].items():
-        s = per["0"]
-        assert 0 <= s["oracle_miou"] <= 1 and 0 <= s["reward_miou"] <= 1 and np.isfinite(s["fid"])
+        for s in per.values():
+            assert 0 <= s["oracle_miou"] <= 1 and 0 <= s["reward_miou"] <= 1 and np.isfinite(s["fid"])
         assert np.asarray(m["grids"][name]["images"]).shape == (3, 16, 16, 3)
     for arm in m["arms"]:
-        curve = np.asarray(m["curves"][arm]["0"])
-        assert curve.shape == (2, 4) and list(curve[:, 0]) == [2, 4]  # eval_every 2 of 4 steps
-        assert (curve[:, 3] > 0).all() if arm == "ctrl_u" else (curve[:, 3] == 0).all()  # U only in Ctrl-U
+        for seed in ("0", "1"):
+            curve = np.asarray(m["curves"][arm][seed])
+            assert curve.shape == (2, 4) and list(curve[:, 0]) == [2, 4]  # eval_every 2 of 4 steps
+            assert (curve[:, 3] > 0).all() if arm == "ctrl_u" else (curve[:, 3] == 0).all()  # U only in Ctrl-U
+    # each seed post-trains from its own base, pretrained (and its segmenters trained) from its own seed
+    assert m["bases"] == 2 and m["base_of"] == {"0": 0, "1": 1}
+    first, second = m["pretrain_loss_by_base"]
+    assert len(first) == len(second) and first != second
+    assert m["segmenters_by_base"][0]["reward"]["final_loss"] != m["segmenters_by_base"][1]["reward"]["final_loss"]
     assert {c["id"] for c in result["claims"]} == {"ctrl_u_beats_controlnet", "ctrl_u_beats_reward",
                                                    "ctrl_u_keeps_quality", "ctrl_u_less_reward_hacking",
                                                    "reward_tuning_raises_reward"}
@@ -139,4 +146,5 @@ def test_smoke_study_post_trains_every_arm_and_judges_every_claim(smoke_run):
     assert ch["dt"] == {"ctrl_u": 1, "ctrl_u_dt50": 50}[ch["chosen"]]
     assert {p.stem for p in (smoke_run / "plots").glob("*.png")} == {"sample_grid", "miou_over_training", "scores"}
     assert sorted(p.name for p in (smoke_run / "data").glob("*.npz")) == ["test.npz", "train.npz", "valid.npz"]
-    assert sorted(p.name for p in (smoke_run / "segmenters").glob("*.safetensors")) == ["oracle.safetensors", "reward.safetensors"]
+    assert sorted(p.name for p in (smoke_run / "segmenters").glob("*.safetensors")) == [
+        "oracle.safetensors", "oracle_1.safetensors", "reward.safetensors", "reward_1.safetensors"]

@@ -71,6 +71,12 @@ class Pretrain(WorkerResources):
     warmup: int = Field(100, ge=0)
     caption_dropout: float = Field(0.1, ge=0, le=1)
     """the share of captions replaced by the empty one (the unconditional branch of CFG)"""
+    bases: int = Field(1, ge=1)
+    """replicates of everything the arms start from: base generators pretrained from their own
+    seeds, each with its own reward and oracle segmenters; post-training seed i starts from base
+    i mod bases. 1 (the paper's setting: one published ControlNet and one reward model) shares one
+    base, so the intervals cover post-training and sampling; post.seeds bases put pretraining and
+    the segmenters' training in them too"""
 
 
 class PostTrain(WorkerResources):
@@ -140,6 +146,8 @@ class Config(StudyConfig):
             raise ValueError(f"model.attention_levels {m.attention_levels} > the {len(m.channels)} levels")
         if d.side % 2 ** (len(m.channels) - 1):
             raise ValueError(f"data.side {d.side} must be a multiple of {2 ** (len(m.channels) - 1)}")
+        if self.pretrain.bases > p.seeds:
+            raise ValueError(f"pretrain.bases {self.pretrain.bases} > post.seeds {p.seeds}: a base no seed uses")
         if d.reward_train > d.train:
             raise ValueError(f"data.reward_train {d.reward_train} > data.train {d.train}")
         if self.segmenters.oracle_width % 4 or self.segmenters.reward_width % 4:
@@ -164,8 +172,8 @@ PRESETS = {
         "data": {"side": 16, "train": 96, "test": 24, "valid": 8, "reward_train": 48, "shard": 48},
         "model": {"channels": [8, 16], "context_dim": 16, "groups": 4, "embedding": [8]},
         "segmenters": {"reward_width": 4, "reward_steps": 10, "oracle_width": 8, "oracle_steps": 10, "batch": 8},
-        "pretrain": {"steps": 6, "batch": 4, "warmup": 0},
-        "post": {"seeds": 1, "steps": 4, "ablation_dt": [50], "batch": 4, "warmup": 0, "ramp_steps": 2,
+        "pretrain": {"steps": 6, "batch": 4, "warmup": 0, "bases": 2},  # two seeds, each from its own base
+        "post": {"seeds": 2, "steps": 4, "ablation_dt": [50], "batch": 4, "warmup": 0, "ramp_steps": 2,
                  "eval_every": 2},
         "eval": {"images": 12, "valid_images": 8, "curve_images": 4, "steps": 3, "batch": 12, "grid": 3},
     },

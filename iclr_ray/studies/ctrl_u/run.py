@@ -28,6 +28,11 @@ BASE = "base"
 """the pretrained model's label among the evaluated ones"""
 
 
+def suffix(base: int) -> str:
+    """File-name suffix of base ``base``'s segmenters (none for the first: a one-base run's names)."""
+    return "" if base == 0 else f"_{base}"
+
+
 def prepare(cfg: Config):
     """The small path trains its own pixel-space models; a published SD checkpoint works in a VAE's
     latent space with a CLIP text encoder, which this study does not build: one clear line before
@@ -304,13 +309,14 @@ class PostTrainRecipe(Recipe):
             engine.module.controlnet.save_pretrained(path / "controlnet")
 
 
-def pretrain_config(cfg: Config) -> TrainConfig:
+def pretrain_config(cfg: Config, base: int = 0) -> TrainConfig:
     p = cfg.pretrain
-    return TrainConfig(model="ctrl_u-base", micro_batch_size=p.batch, grad_accum=1, max_steps=p.steps, lr=p.lr,
+    return TrainConfig(model="ctrl_u-base" if base == 0 else f"ctrl_u-base{base}", micro_batch_size=p.batch,
+                       grad_accum=1, max_steps=p.steps, lr=p.lr,
                        betas=(0.9, 0.999), weight_decay=0.0, schedule="constant", warmup_steps=p.warmup,
                        grad_clip=1.0, zero_stage=0, num_workers=1, eval_every=0,
                        log_every=max(1, min(50, p.steps // 20)), checkpoint_every=max(1, p.steps // 4),
-                       keep_checkpoints=1, max_failures=1, seed=cfg.seed, **worker_resources(p))
+                       keep_checkpoints=1, max_failures=1, seed=cfg.seed + base, **worker_resources(p))
 
 
 def post_config(cfg: Config, seed: int) -> TrainConfig:
@@ -324,15 +330,15 @@ def post_config(cfg: Config, seed: int) -> TrainConfig:
 
 
 @resumable
-def arm_trial(config: dict[str, Any], trial_dir: Path | str, *, c: dict[str, Any], cfg: Config, base: str,
-              paths: dict[str, str], segmenters: dict[str, str]) -> dict[str, Any]:
-    """One (arm, seed): post-train the ControlNet through the shared loop; keep its folder, the loss
-    curve and the oracle's mIoU over training."""
+def arm_trial(config: dict[str, Any], trial_dir: Path | str, *, c: dict[str, Any], cfg: Config, bases: list[str],
+              paths: dict[str, str], segmenters: list[dict[str, str]]) -> dict[str, Any]:
+    """One (arm, seed): post-train the ControlNet from the seed's base through the shared loop; keep
+    its folder, the loss curve and the oracle's mIoU over training."""
     from ...llm.train import checkpoint_location, fit_recipe, read_steps
 
     spec = config["spec"]
-    arm, seed = spec["arm"], int(spec["seed"])
-    recipe = PostTrainRecipe(c, arm, base, paths, segmenters, dt=spec["dt"])
+    arm, seed, b = spec["arm"], int(spec["seed"]), int(spec["base"])
+    recipe = PostTrainRecipe(c, arm, bases[b], paths, segmenters[b], dt=spec["dt"])
     result = fit_recipe(post_config(cfg, seed), recipe, trial_dir, "post")
     steps = read_steps(trial_dir, "post")
     curve = [[int(s["step"]), float(s["oracle_miou"]), float(s["reward_miou"]), float(s["mean_u"])]
@@ -396,8 +402,8 @@ def real_scores(c: dict[str, Any], paths: dict[str, str], segmenters: dict[str, 
             "grid_real": test.images[:g].tolist()}
 
 
-def choose_dt(cfg: Config, ctx: RunContext, trials, ctrl_u: list[str], task, c: dict[str, Any], base: str,
-              paths: dict[str, str], seg_paths: dict[str, str], dts: dict[str, int]) -> dict[str, Any]:
+def choose_dt(cfg: Config, ctx: RunContext, trials, ctrl_u: list[str], task, c: dict[str, Any], bases: list[str],
+              paths: dict[str, str], seg_paths: list[dict[str, str]], dts: dict[str, int]) -> dict[str, Any]:
     """Δt for the claims: the Ctrl-U arm (post.dt and each of post.ablation_dt) whose images for the
     validation masks the oracle reads best (mean mIoU over seeds; ties: the first, post.dt), or
     post.dt where there is nothing to choose from. {"on", "chosen", "dt", "valid": {arm: {seed: mIoU}}}."""
@@ -406,8 +412,8 @@ def choose_dt(cfg: Config, ctx: RunContext, trials, ctrl_u: list[str], task, c: 
     picked = [t for t in trials if t.spec["name"] in ctrl_u]
     ctx.say("choosing Δt on %d validation masks: %s ...", cfg.eval.valid_images, ", ".join(
         f"{n} (Δt {dts[n]})" for n in ctrl_u))
-    got = ctx.wait_all([task.remote(c, base, t.final["controlnet"], t.spec["seed"], paths, seg_paths, False, "valid")
-                        for t in picked], "validation images")
+    got = ctx.wait_all([task.remote(c, bases[t.spec["base"]], t.final["controlnet"], t.spec["seed"], paths,
+                                    seg_paths[t.spec["base"]], False, "valid") for t in picked], "validation images")
     valid: dict[str, dict[str, float]] = {n: {} for n in ctrl_u}
     for t, v in zip(picked, got):
         valid[t.spec["name"]][str(t.spec["seed"])] = v["oracle_miou"]
@@ -426,30 +432,37 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     c = recipe_dict(cfg)
     paths = generate_data(cfg, ctx)
     seg_task = ray.remote(train_segmenter_task).options(**task_options(cfg.segmenters, stage="ctrl_u: segmenters"))
-    ctx.say("training the reward segmenter (%d scenes, %d steps) and the oracle (%d scenes, %d steps) ...",
-            cfg.data.reward_train, cfg.segmenters.reward_steps, cfg.data.train, cfg.segmenters.oracle_steps)
+    n_bases = cfg.pretrain.bases
+    ctx.say("training the reward segmenter (%d scenes, %d steps) and the oracle (%d scenes, %d steps)%s ...",
+            cfg.data.reward_train, cfg.segmenters.reward_steps, cfg.data.train, cfg.segmenters.oracle_steps,
+            f", {n_bases} pairs" if n_bases > 1 else "")
     which = ("reward", "oracle")
-    refs = [seg_task.remote(c, w, paths, ctx.run_dir.storage("segmenters", f"{w}.safetensors"), cfg.seed + i)
-            for i, w in enumerate(which)]
-    seg = dict(zip(which, ctx.wait_all(refs, "segmenters")))
-    seg_paths = {w: v["path"] for w, v in seg.items()}
-    for w, v in seg.items():
-        ctx.log(stage="segmenter", which=w, **{k: v[k] for k in ("final_loss", "miou_real", "miou_noisy")})
+    refs = [seg_task.remote(c, w, paths, ctx.run_dir.storage("segmenters", f"{w}{suffix(b)}.safetensors"),
+                            cfg.seed + 2 * b + i) for b in range(n_bases) for i, w in enumerate(which)]
+    got = ctx.wait_all(refs, "segmenters")
+    segs = [dict(zip(which, got[2 * b:2 * b + 2])) for b in range(n_bases)]
+    seg_paths = [{w: v["path"] for w, v in sg.items()} for sg in segs]
+    for b, sg in enumerate(segs):
+        for w, v in sg.items():
+            ctx.log(stage="segmenter", which=w, base=b, **{k: v[k] for k in ("final_loss", "miou_real", "miou_noisy")})
 
-    ctx.say("pretraining the base U-Net + ControlNet (%d steps of %d scenes) ...", cfg.pretrain.steps,
-            cfg.pretrain.batch)
-    result = fit_recipe(pretrain_config(cfg), PretrainRecipe(c, paths["train"]), ctx.run_dir.storage(), "pretrain")
-    base = storage.join(checkpoint_location(result.checkpoint), BASE)
-    pre_loss = [[int(s["step"]), float(s["loss"])] for s in read_steps(ctx.run_dir.storage(), "pretrain")]
+    bases, pre_loss = [], []
+    for b in range(n_bases):
+        ctx.say("pretraining the base U-Net + ControlNet%s (%d steps of %d scenes) ...",
+                f" {b + 1} of {n_bases}" if n_bases > 1 else "", cfg.pretrain.steps, cfg.pretrain.batch)
+        where = ctx.run_dir.storage() if b == 0 else ctx.run_dir.storage(f"base{b}")
+        result = fit_recipe(pretrain_config(cfg, b), PretrainRecipe(c, paths["train"]), where, "pretrain")
+        bases.append(storage.join(checkpoint_location(result.checkpoint), BASE))
+        pre_loss.append([[int(s["step"]), float(s["loss"])] for s in read_steps(where, "pretrain")])
 
     arms = list(cfg.post.arms)
     variants = [(a, a, cfg.post.dt) for a in arms] + [(f"ctrl_u_dt{v}", "ctrl_u", v) for v in cfg.post.ablation_dt]
-    specs = [{"label": f"{name}-seed{s}", "name": name, "arm": a, "dt": dt, "seed": cfg.seed + s}
+    specs = [{"label": f"{name}-seed{s}", "name": name, "arm": a, "dt": dt, "seed": cfg.seed + s, "base": s % n_bases}
              for s in range(cfg.post.seeds) for name, a, dt in variants]
     ctx.say("post-training the ControlNet: %d arms x %d seeds (%d steps of %d) ...", len(variants), cfg.post.seeds,
             cfg.post.steps, cfg.post.batch)
     trials = run_grid(arm_trial, specs, storage=ctx.run_dir.storage("tune"), name="arms",
-                      max_concurrent_trials=cfg.post.max_concurrent_trials, c=c, cfg=cfg, base=base, paths=paths,
+                      max_concurrent_trials=cfg.post.max_concurrent_trials, c=c, cfg=cfg, bases=bases, paths=paths,
                       segmenters=seg_paths)
     failed = [t.spec["label"] for t in trials if t.final is None]
     if failed:
@@ -458,10 +471,13 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
 
     eval_opts = task_options(cfg.eval, stage="ctrl_u: evaluation")
     task = ray.remote(evaluate).options(**eval_opts)
-    jobs = [((t.spec["name"], t.spec["seed"]), task.remote(c, base, t.final["controlnet"], t.spec["seed"], paths,
-                                                          seg_paths, t.spec["seed"] == seeds[0])) for t in trials]
-    jobs += [((BASE, s), task.remote(c, base, None, s, paths, seg_paths, s == seeds[0])) for s in seeds]
-    ref_real = ray.remote(real_scores).options(**eval_opts).remote(c, paths, seg_paths)
+    base_of = {sp["seed"]: sp["base"] for sp in specs}
+    jobs = [((t.spec["name"], t.spec["seed"]), task.remote(c, bases[t.spec["base"]], t.final["controlnet"],
+                                                          t.spec["seed"], paths, seg_paths[t.spec["base"]],
+                                                          t.spec["seed"] == seeds[0])) for t in trials]
+    jobs += [((BASE, s), task.remote(c, bases[base_of[s]], None, s, paths, seg_paths[base_of[s]], s == seeds[0]))
+             for s in seeds]
+    ref_real = ray.remote(real_scores).options(**eval_opts).remote(c, paths, seg_paths[0])
     got = ctx.wait_all([r for _, r in jobs], f"drawing and scoring {cfg.eval.images} images per model")
     scores: dict[str, dict[str, Any]] = {}
     grids: dict[str, Any] = {}
@@ -474,17 +490,18 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         ctx.log(stage="eval", model=name, **{k: float(np.mean([p[k] for p in per.values()]))
                                              for k in ("oracle_miou", "reward_miou", "fid")})
     names = [name for name, _, _ in variants]
-    dt_choice = choose_dt(cfg, ctx, trials, [name for name, a, _ in variants if a == "ctrl_u"], task, c, base, paths,
+    dt_choice = choose_dt(cfg, ctx, trials, [name for name, a, _ in variants if a == "ctrl_u"], task, c, bases, paths,
                           seg_paths, {name: dt for name, _, dt in variants})
     return {"arms": arms, "ablation": {f"ctrl_u_dt{v}": v for v in cfg.post.ablation_dt}, "dt": cfg.post.dt,
             "dt_choice": dt_choice,
-            "seeds": seeds, "scores": scores, "segmenters": seg,
+            "seeds": seeds, "bases": n_bases, "base_of": {str(k): v for k, v in base_of.items()},
+            "scores": scores, "segmenters": segs[0], "segmenters_by_base": segs,
             "fid_real_halves": real["fid_real_halves"],
             "grids": {"masks": real["grid_masks"], "real": real["grid_real"], **grids},
             "curves": {n: {str(t.spec["seed"]): t.final["miou_curve"] for t in trials if t.spec["name"] == n}
                        for n in names},
             "post_loss": {n: [t.final["loss"] for t in trials if t.spec["name"] == n] for n in names},
-            "pretrain_loss": pre_loss, "images": cfg.eval.images, "side": cfg.data.side,
+            "pretrain_loss": pre_loss[0], "pretrain_loss_by_base": pre_loss, "images": cfg.eval.images, "side": cfg.data.side,
             "sizes": {s: getattr(cfg.data, s) for s in ("train", "test", "reward_train")}}
 
 
@@ -579,14 +596,14 @@ def plan(cfg: Config) -> list:
         m(torch.rand(s.batch, 3, d.side, d.side)), torch.zeros(s.batch, d.side, d.side, dtype=torch.long))))
     stages = [Tasks("generating scenes", None, len(scenes), 2 * max(scenes) * img,
                     note=f"{sum(scenes):,} scenes in shards of <= {d.shard}, twice (built, then pickled back)"),
-              Tasks("segmenters", s, 2, (d.train + d.test) * img + 2 * d.test * 12 * d.side ** 2
+              Tasks("segmenters", s, 2 * p.bases, (d.train + d.test) * img + 2 * d.test * 12 * d.side ** 2
                     + oracle.activation_bytes + 256 * 3 * s.oracle_width * d.side ** 2 * 4,
-                    note="reward and oracle: the scenes, the test images as floats (clean, noisy), the oracle's "
+                    note=f"reward and oracle{f' x {p.bases} bases' if p.bases > 1 else ''}: the scenes, the test images as floats (clean, noisy), the oracle's "
                          f"training activations at batch {s.batch} (measured) and a prediction chunk of 256; on "
                          "the task's CPUs (the task body never moves to a GPU)")]
     if p.steps:
         ptc = pretrain_config(cfg)
-        stages.append(Train("pretrain", p, ptc.num_workers, 1, full, p.steps, ptc.rows_per_step(),
+        stages.append(Train("pretrain", p, ptc.num_workers, p.bases, full, p.steps, ptc.rows_per_step(),
                             ptc.micro_batch_size, footprint=module_footprint(
                                 _step_build(c, ptc.micro_batch_size, frozen=False)),
                             epochs=p.steps * ptc.rows_per_step() / d.train))
