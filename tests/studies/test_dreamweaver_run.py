@@ -42,6 +42,11 @@ def test_recipe_batches_are_a_function_of_the_step_and_train_without_ray(tmp_pat
     assert float(r.step_batches(0, tc)[0][0]["tau"]) == 1.0 and float(r.step_batches(39, tc)[0][0]["tau"]) < 0.2
     losses = reference_losses(recipe(), tc)
     assert all(np.isfinite(losses)) and np.mean(losses[-5:]) < np.mean(losses[:5])
+    mono = DreamweaverRecipe(recipe_dict(cfg), "predict", str(tmp_path / "train.npz"), blocks=1)  # the baseline
+    mono.setup()
+    model = mono.build_model(tc)
+    assert model.rbsu.blocks == 1 and model.rbsu.gru.mask_hh.min() == 1  # one block: nothing kept apart
+    assert all(np.isfinite(reference_losses(mono, tc.model_copy(update={"max_steps": 3}))))
 
 
 @pytest.fixture(scope="module")
@@ -56,18 +61,21 @@ def test_smoke_study_trains_both_objectives_and_judges_every_claim(smoke_run):
     result = json.loads((smoke_run / "result.json").read_text())
     m = result["metrics"]
     assert m["objectives"] == ["predict", "reconstruct"] and m["seeds"] == [0]
-    assert set(m["dci"]) == {"predict", "reconstruct", "untrained"}
-    for name in ("predict", "reconstruct"):
+    assert set(m["dci"]) == {"predict", "reconstruct", "monolithic", "untrained"} and m["baseline"] == "monolithic"
+    for name in ("predict", "reconstruct", "monolithic"):  # the one-block baseline read in 4 chunks, as the blocks
         for split in ("test", "ood"):
             d = m["dci"][name][split]["0"]
             assert np.asarray(d["R"]).shape == (4, 5) and 0 <= d["I_dynamic"] <= 1 and 0 <= d["static"]["D"] <= 1
+    assert set(m["imagination"]) == {"predict", "reconstruct"} and len(m["curves"]["monolithic"]) == 1
+    for name in ("predict", "reconstruct"):
         im = m["imagination"][name]["0"]
         assert set(im["swap"]) == {"colour", "shape", "size"} and all(0 <= v <= 1 for v in im["fidelity"].values())
         assert np.asarray(im["strip"]["drawn"]).shape[1:] == (2, 16, 16, 3)
     assert len(m["imagination"]["predict"]["0"]["strip"]["drawn"]) == 2  # T+1 and T+2
     assert len(m["imagination"]["reconstruct"]["0"]["strip"]["drawn"]) == 1  # the last conditioning frame
     ids = {c["id"] for c in result["claims"]}
-    assert {"predict_beats_reconstruct_dynamic_I", "blocks_disentangle_static", "imagination_swaps_colour"} <= ids
+    assert {"predict_beats_reconstruct_dynamic_I", "blocks_beat_monolithic_static_D", "imagination_swaps_colour"} <= ids
+    assert {c["id"] for c in result["checks"]} == {"blocks_disentangle_static", "predict_informative"}
     assert {p.stem for p in (smoke_run / "plots").glob("*.png")} == {"rollout_strips", "block_factor_importance",
                                                                      "dci_bars", "training_loss"}
     assert sorted(p.name for p in (smoke_run / "data").glob("*.npz")) == ["ood.npz", "test.npz", "train.npz"]

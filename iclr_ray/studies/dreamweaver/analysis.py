@@ -47,19 +47,30 @@ def claims(metrics: dict[str, Any], cfg=None) -> list[Claim]:
                 f"speed) than the reconstruction objective's (paired by seed; 'beats' read as > 0)",
                 mean(per_seed(metrics, "predict", key) - per_seed(metrics, "reconstruct", key)), 0.0, note=PAPER,
                 source="paper-read"))
+    mono = metrics.get("baseline")
+    if mono and mono in metrics["dci"]:
+        out.append(Claim.above(
+            "blocks_beat_monolithic_static_D", "Blocks disentangle the static factors (colour, shape, size) beyond "
+                                               "what a slot without blocks gives: the predictive model's DCI "
+                                               "disentanglement over them minus that of the same model with one "
+                                               "block per slot (same size, budget and seed; its slots cut into as "
+                                               "many equal chunks), paired by seed ('bind to static factors' and "
+                                               "'above the slot baselines' read as > 0)",
+            mean(per_seed(metrics, "predict", "static.D") - per_seed(metrics, mono, "static.D")), 0.0,
+            note="paper: blocks bind to static factors without supervision; Dreamweaver's DCI above STEVE-like "
+                 "slot models", source="paper-read"))
     out.append(Claim.above(
-        "blocks_disentangle_static", "Blocks disentangle the static factors (colour, shape, size): the trained "
-                                     "predictive model's DCI disentanglement over them is above its untrained "
-                                     "model's (the negative control, paired by seed; 'bind to static factors' read "
-                                     "as > 0)",
+        "blocks_disentangle_static", "The trained predictive model's DCI disentanglement over the static factors is "
+                                     "above its untrained model's (paired by seed)",
         mean(per_seed(metrics, "predict", "static.D") - per_seed(metrics, "untrained", "static.D")), 0.0,
-        note="paper: blocks bind to static factors without supervision", source="paper-read"))
+        note="nearly by construction (an untrained RBSU's blocks read nothing in particular); the claim the "
+             "method can fail is blocks_beat_monolithic_static_D", check=True))
     out.append(Claim.above(
         "predict_informative", "Training makes the slots informative: the predictive model's DCI informativeness "
                                "over all factors is above its untrained model's (paired by seed)",
         mean(per_seed(metrics, "predict", "I_static") + per_seed(metrics, "predict", "I_dynamic")
              - per_seed(metrics, "untrained", "I_static") - per_seed(metrics, "untrained", "I_dynamic")), 0.0,
-        note="the negative control: an untrained RBSU's slots, matched and probed the same way", source="ours"))
+        note="an untrained RBSU's slots, matched and probed the same way", check=True))
     for g in metrics["static"]:
         if g not in metrics["imagination"]["predict"][str(metrics["seeds"][0])]["swap"]:
             continue
@@ -85,7 +96,7 @@ def report_md(metrics: dict[str, Any], cfg=None) -> str:
     lines = [f"Data: Moving-Sprites-like videos at {metrics['side']} x {metrics['side']}, {metrics['objects']} "
              f"sprites; {sz['train']} training, {sz['test']} test and {sz['ood']} out-of-distribution videos (unseen "
              f"colour-shape pairs); {metrics['blocks']} blocks per slot; {n} seeds (mean ± sd).", ""]
-    models = [*metrics["objectives"], "untrained"]
+    models = [*metrics["objectives"], *([metrics["baseline"]] if metrics.get("baseline") else []), "untrained"]
     for split in ("test", "ood"):
         rows = []
         for m in models:

@@ -68,6 +68,11 @@ class Train(WorkerResources):
     seeds: int = Field(5, ge=1)
     """one Tune trial per (objective, seed); 5 at small (a t interval over 3 seeds, 2 degrees of
     freedom, left most claims inconclusive by its width alone)"""
+    baseline: bool = True
+    """also train, per seed, the monolithic-slot baseline the paper compares against: the predictive
+    objective with one block per slot (``model.blocks`` = 1, a STEVE-like slot of the same size,
+    the same budget and seed). DCI cuts its slots into ``model.blocks`` equal chunks, so the block
+    model is compared block by block with a representation that has no block structure"""
     steps: int = Field(3000, ge=1)
     batch: int = Field(24, ge=1)
     lr_enc: float = Field(1e-4, gt=0)
@@ -107,6 +112,9 @@ class Config(StudyConfig):
             raise ValueError(f"model.size {m.size} must split into model.blocks {m.blocks}")
         if (m.size // m.blocks) % m.predictor_heads and m.bi_attn:
             raise ValueError(f"the block width {m.size // m.blocks} must split into model.predictor_heads")
+        if self.train.baseline and m.bi_attn and m.size % m.predictor_heads:
+            raise ValueError(f"the monolithic baseline's block is the whole slot ({m.size}): it must split into "
+                             "model.predictor_heads (or train.baseline: false)")
         if m.d_model % m.decoder_heads:
             raise ValueError(f"model.d_model {m.d_model} must split into model.decoder_heads {m.decoder_heads}")
         if d.side % 4 or d.side % (4 * m.cnn_stride):

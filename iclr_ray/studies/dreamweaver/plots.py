@@ -44,7 +44,7 @@ def plot_all(metrics: dict[str, Any], cfg=None) -> dict[str, Any]:
     fig.tight_layout()
     figs["rollout_strips"] = fig
 
-    models = [*objectives, "untrained"]
+    models = [*objectives, *([metrics["baseline"]] if metrics.get("baseline") else []), "untrained"]
     shares = {}
     for m in models:
         r = np.asarray(metrics["dci"][m]["test"][first]["R"])
@@ -77,7 +77,7 @@ def plot_all(metrics: dict[str, Any], cfg=None) -> dict[str, Any]:
     figs["dci_bars"] = fig
 
     fig, ax = plt.subplots(figsize=(5, 3))
-    for i, o in enumerate(objectives):
+    for i, o in enumerate(metrics["curves"]):
         for j, curve in enumerate(metrics["curves"][o]):
             if curve:
                 c = np.asarray(curve, float)

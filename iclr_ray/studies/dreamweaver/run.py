@@ -27,21 +27,29 @@ def prepare(cfg: Config):
     return None
 
 
-def model_kwargs(c: dict[str, Any], objective: str) -> dict[str, Any]:
+MONOLITHIC = "monolithic"
+"""the baseline's name: the predictive objective with one block per slot"""
+
+
+def model_kwargs(c: dict[str, Any], objective: str, blocks: int | None = None) -> dict[str, Any]:
+    """The model's arguments; ``blocks`` overrides ``model.blocks`` (1: the monolithic baseline)."""
     m = c["model"]
-    return {"side": c["data"]["side"], "objective": objective, **{k: m[k] for k in (
+    out = {"side": c["data"]["side"], "objective": objective, **{k: m[k] for k in (
         "slots", "size", "blocks", "prototypes", "iterations", "mlp_hidden", "d_model", "cnn", "cnn_stride", "vocab",
         "dvae_hidden", "decoder_layers", "decoder_heads", "dropout", "cond", "pred", "bi_attn", "predictor_heads",
         "memory")}}
+    if blocks is not None:
+        out["blocks"] = blocks
+    return out
 
 
-def build_model(c: dict[str, Any], objective: str, seed: int):
+def build_model(c: dict[str, Any], objective: str, seed: int, blocks: int | None = None):
     import torch
 
     from .dreamweaver import Dreamweaver
 
     torch.manual_seed(seed)  # both objectives of a seed start from the same weights
-    return Dreamweaver(**model_kwargs(c, objective))
+    return Dreamweaver(**model_kwargs(c, objective, blocks))
 
 
 def generate_shard(split: str, n: int, shard: int, d: dict[str, Any]) -> D.Videos:
@@ -72,8 +80,8 @@ class DreamweaverRecipe(Recipe):
     """One Dreamweaver, one objective: each step a seeded batch of clips (cond + pred consecutive
     frames from a random start), a future offset k per clip, and the step's Gumbel temperature."""
 
-    def __init__(self, c: dict[str, Any], objective: str, train_path: str):
-        self.c, self.objective, self.path = c, objective, train_path
+    def __init__(self, c: dict[str, Any], objective: str, train_path: str, blocks: int | None = None):
+        self.c, self.objective, self.path, self.blocks = c, objective, train_path, blocks
 
     def setup(self) -> None:
         import torch
@@ -82,7 +90,7 @@ class DreamweaverRecipe(Recipe):
         self.videos = D.load(self.path)
 
     def build_model(self, cfg: TrainConfig):
-        return build_model(self.c, self.objective, cfg.seed)
+        return build_model(self.c, self.objective, cfg.seed, self.blocks)
 
     def param_groups(self, model, cfg: TrainConfig):
         t = self.c["train"]
@@ -135,27 +143,29 @@ def train_config(cfg: Config, seed: int) -> TrainConfig:
 @resumable
 def objective_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Config, c: dict[str, Any],
                     paths: dict[str, str]) -> dict[str, Any]:
-    """One (objective, seed): train through the shared loop; keep the model file's location (in the
-    checkpoint, in the run's storage) and the loss curve."""
+    """One (objective, seed), or the monolithic baseline of a seed (``spec["blocks"]`` 1): train
+    through the shared loop; keep the model file's location (in the checkpoint, in the run's storage)
+    and the loss curve."""
     from ...llm.train import checkpoint_location, fit_recipe, read_steps
 
     spec = config["spec"]
     objective, seed = spec["objective"], int(spec["seed"])
-    result = fit_recipe(train_config(cfg, seed), DreamweaverRecipe(c, objective, paths["train"]), trial_dir, "train")
+    result = fit_recipe(train_config(cfg, seed), DreamweaverRecipe(c, objective, paths["train"], spec.get("blocks")),
+                        trial_dir, "train")
     steps = read_steps(trial_dir, "train")
     final = float(steps[-1]["loss"]) if steps else float("nan")
     return {"scores": {"loss": final}, "model": storage.join(checkpoint_location(result.checkpoint), MODEL_FILE),
             "curve": [[int(s["step"]), float(s["loss"])] for s in steps]}
 
 
-def load_model(c: dict[str, Any], objective: str, seed: int, path: str | None):
+def load_model(c: dict[str, Any], objective: str, seed: int, path: str | None, blocks: int | None = None):
     """The trained model from ``path`` (a path or a URI), or (None) the untrained model of that
     seed: the same initial weights the training started from; in eval mode on the task's device
-    (its GPU where Ray gave it one)."""
+    (its GPU where Ray gave it one). ``blocks``: as :func:`build_model`."""
     from ...llm.model import inference_device
     from ...llm.weights import load_weights
 
-    model = build_model(c, objective, seed)
+    model = build_model(c, objective, seed, blocks)
     if path is not None:
         model.load_state_dict(load_weights(path))
     return model.to(inference_device()).eval()
@@ -170,19 +180,21 @@ def eval_clips(videos: D.Videos, c: dict[str, Any], seed: int) -> tuple[np.ndarr
 
 
 def score_dci(c: dict[str, Any], objective: str, seed: int, model_path: str | None, split: str,
-              data_path: str) -> dict[str, Any]:
+              data_path: str, blocks: int | None = None) -> dict[str, Any]:
     """DCI of one checkpoint on one split: the last conditioning step's slots, matched to objects,
     against each object's factors in the first predicted frame (T + 1), as the official script. The
     trees train on 75% of the videos and are scored on the others (a video's objects never on both
     sides); on the test split, the videos of the imagination test are left out, so the block
-    importances the swap is chosen by never saw the videos it is scored on."""
+    importances the swap is chosen by never saw the videos it is scored on. ``blocks``: the model's
+    own (1: the monolithic baseline); importances are always summed over ``model.blocks`` equal
+    chunks of the slot, so a model without blocks is read block by block like the others."""
     import torch
 
     from .dreamweaver import block_importance, dci, importance_matrix, matched, probe
 
     torch.set_num_threads(1)
     videos = D.load(data_path)
-    model = load_model(c, objective, seed, model_path)
+    model = load_model(c, objective, seed, model_path, blocks)
     starts, last = eval_clips(videos, c, seed)
     idx = dci_videos(len(videos), c["data"]["objects"], c["eval"]["dci_points"],
                      c["eval"]["swap_videos"] if split == "test" else 0, seed)
@@ -314,10 +326,13 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     c = recipe_dict(cfg)
     paths = generate_data(cfg, ctx)
     objectives = list(cfg.train.objectives)
-    specs = [{"label": f"{o}-seed{s}", "objective": o, "seed": cfg.seed + s}
-             for s in range(cfg.train.seeds) for o in objectives]
-    ctx.say("training %d objectives x %d seeds (%d steps of %d clips, %d x %d videos) ...", len(objectives),
-            cfg.train.seeds, cfg.train.steps, cfg.train.batch, cfg.data.side, cfg.data.side)
+    mono = cfg.train.baseline and "predict" in objectives
+    specs = [{"label": f"{name}-seed{s}", "name": name, "objective": o, "seed": cfg.seed + s, "blocks": b}
+             for s in range(cfg.train.seeds)
+             for name, o, b in [*[(o, o, None) for o in objectives], *([(MONOLITHIC, "predict", 1)] if mono else [])]]
+    ctx.say("training %d objectives%s x %d seeds (%d steps of %d clips, %d x %d videos) ...", len(objectives),
+            " and the monolithic-slot baseline" if mono else "", cfg.train.seeds, cfg.train.steps, cfg.train.batch,
+            cfg.data.side, cfg.data.side)
     trials = run_grid(objective_trial, specs, storage=ctx.run_dir.storage("tune"), name="objectives",
                       max_concurrent_trials=cfg.train.max_concurrent_trials, cfg=cfg, c=c, paths=paths)
     failed = [t.spec["label"] for t in trials if t.final is None]
@@ -329,8 +344,9 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     jobs = []  # (objective or "untrained", seed, split)
     for t in trials:
         for split in ("test", "ood") if cfg.data.ood else ("test",):
-            ref = dci_task.remote(c, t.spec["objective"], t.spec["seed"], t.final["model"], split, paths[split])
-            jobs.append(((t.spec["objective"], t.spec["seed"], split), ref))
+            ref = dci_task.remote(c, t.spec["objective"], t.spec["seed"], t.final["model"], split, paths[split],
+                                  t.spec["blocks"])
+            jobs.append(((t.spec["name"], t.spec["seed"], split), ref))
     for s in seeds:  # the negative control: the untrained model (the seed's initial weights)
         jobs.append((("untrained", s, "test"), dci_task.remote(c, objectives[0], s, None, "test", paths["test"])))
     got = ctx.wait_all([r for _, r in jobs], "DCI of each trained and untrained model")
@@ -338,11 +354,12 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     for (name, s, split), v in zip([j for j, _ in jobs], got):
         scores.setdefault(name, {}).setdefault(split, {})[str(s)] = v
     im_task = ray.remote(imagination).options(**eval_opts)
+    blocked = [t for t in trials if t.spec["name"] != MONOLITHIC]  # swapping blocks needs blocks
     im_refs = [im_task.remote(c, t.spec["objective"], t.spec["seed"], t.final["model"],
-                              scores[t.spec["objective"]]["test"][str(t.spec["seed"])]["R"], paths) for t in trials]
+                              scores[t.spec["objective"]]["test"][str(t.spec["seed"])]["R"], paths) for t in blocked]
     ims = ctx.wait_all(im_refs, "imagination (block swap) tests")
     imag: dict[str, Any] = {}
-    for t, v in zip(trials, ims):
+    for t, v in zip(blocked, ims):
         if t.spec["seed"] != seeds[0]:
             v.pop("strip")  # the figure shows the first seed's rollouts
         imag.setdefault(t.spec["objective"], {})[str(t.spec["seed"])] = v
@@ -350,8 +367,9 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         for split, per in by.items():
             ctx.log(stage="dci", model=name, split=split, **{k: float(np.mean([p[k] for p in per.values()]))
                                                              for k in ("I_static", "I_dynamic")})
-    curves = {o: [t.final["curve"] for t in trials if t.spec["objective"] == o] for o in objectives}
-    return {"objectives": objectives, "seeds": seeds, "factors": list(D.FACTORS), "static": list(D.STATIC),
+    curves = {n: [t.final["curve"] for t in trials if t.spec["name"] == n]
+              for n in [*objectives, *([MONOLITHIC] if mono else [])]}
+    return {"objectives": objectives, "baseline": MONOLITHIC if mono else None, "seeds": seeds, "factors": list(D.FACTORS), "static": list(D.STATIC),
             "dynamic": list(D.DYNAMIC), "blocks": cfg.model.blocks, "dci": scores, "imagination": imag,
             "curves": curves, "sizes": {s: getattr(cfg.data, s) for s in SPLITS}, "side": cfg.data.side,
             "objects": cfg.data.objects}
@@ -404,7 +422,7 @@ def plan(cfg: Config) -> list:
     with warnings.catch_warnings():  # nn.TransformerEncoder deep-copies its layer: fake tensors warn
         warnings.simplefilter("ignore", UserWarning)
         fp = module_footprint(_footprint_build(c, tc.micro_batch_size))
-    runs = len(t.objectives) * t.seeds
+    runs = (len(t.objectives) + (t.baseline and "predict" in t.objectives)) * t.seeds
     held = weights_bytes(model, bf16=False)
     cells = (d.side // m.cnn_stride) ** 2
     probe = 100 * m.cond * cells * (m.cnn + 2 * m.d_model + 2 * m.size) * 4  # probe's 100 clips: maps, k, v
@@ -417,13 +435,15 @@ def plan(cfg: Config) -> list:
         Train("objectives", t, t.num_workers, runs, model, t.steps, tc.rows_per_step(), tc.micro_batch_size,
               zero_stage=tc.zero_stage, concurrent=t.max_concurrent_trials, footprint=fp,
               epochs=t.steps * tc.rows_per_step() / d.train,
-              note=f"{len(t.objectives)} objectives x {t.seeds} seeds; a row is a clip of {m.cond} + {m.pred} "
+              note=f"{len(t.objectives)} objectives"
+                   + (" + the monolithic baseline" if runs > len(t.objectives) * t.seeds else "")
+                   + f" x {t.seeds} seeds; a row is a clip of {m.cond} + {m.pred} "
                    f"frames of {d.side} x {d.side}"),
         Tasks("dci", cfg.eval, dci_jobs, held + max(d.test, d.ood) * per_video + probe, model=model,
               note=f"{runs} trained models x {'test, ood' if d.ood else 'test'} + {t.seeds} untrained: fp32 weights, "
                    "the split's videos, a probe batch of 100 clips (encoder maps, slot keys and values); the task "
                    "body runs the model on its CPUs (it never moves it to a GPU)"),
-        Tasks("imagination", cfg.eval, runs, held + (d.train + d.test) * per_video + probe + reader, model=model,
+        Tasks("imagination", cfg.eval, len(t.objectives) * t.seeds, held + (d.train + d.test) * per_video + probe + reader, model=model,
               note="one per trained model: fp32 weights, the train and test videos, the factor readers' "
                    "crops and a probe batch as dci's; on the task's CPUs as dci"),
     ]
