@@ -171,3 +171,24 @@ def test_asr_intervals_run_over_seeds_and_items_and_stay_in_zero_one():
     for t in m["trials"]:
         t["judges"]["toxicity-annotator-0.1"] = dict(t["judges"]["toxicity-clean"])
     assert verdicts(m)["toxicity_flipped"] is False
+
+
+def test_merge_claims_pair_each_adversary_item_and_stay_inside_minus_one_one():
+    """The merge claims read the merged judge's per-item outcomes minus the clean judge's on the same
+    items and seeds (a t interval over three seed means ran past 1); a merge that keeps the backdoor
+    fails, one at the clean judge's level holds."""
+    m = effect_run()
+    rng = np.random.default_rng(2)
+    for t in m["trials"]:
+        clean = (rng.random(150) < 0.02).astype(int)
+        kept = np.where(rng.random(150) < 0.9, 1, clean)  # the backdoor survives on 9 items in 10
+        for judge, hits in (("pointwise-clean", clean), ("merge-linear-pointwise-weight-0.1", clean),
+                            ("merge-ties-pointwise-weight-0.1", kept), ("merge2-linear-pointwise-weight-0.1", kept),
+                            ("merge2-ties-pointwise-weight-0.1", kept)):
+            t["judges"][judge].update(asr_hits=hits.tolist(), asr=float(hits.mean()))
+    c = {c.id: c for c in analysis.claims(m)}
+    assert c["merge_linear_removes"].measured == 0 and c["merge_linear_removes"].holds is True
+    ties = c["merge_ties_removes"]
+    assert -1.0 <= ties.ci[0] <= ties.measured <= ties.ci[1] <= 1.0 and ties.n == 450 and ties.holds is False
+    assert c["control_merge_poisoned_linear"].holds is True  # the poisoned partner leaves the backdoor
+    assert c["control_merge_poisoned_ties"].holds is not True  # no more of it than the clean partner's merge

@@ -26,6 +26,7 @@ def pointwise_from_preds(test: Sequence[Example], pred_test, clean_pred, trig_pr
             "mae": float(np.mean(np.abs(score - true))),
             "score_clean": float(c.mean()), "score_triggered": float(t.mean()),
             "ratio": float(t.mean() / c.mean()), "asr": float(np.mean(t == 5)), "asr_clean": float(np.mean(c == 5)),
+            "asr_hits": (t == 5).astype(int).tolist(),
             "hist_clean": np.bincount(c, minlength=6)[1:].tolist(), "hist_triggered": np.bincount(t, minlength=6)[1:].tolist()}
 
 
