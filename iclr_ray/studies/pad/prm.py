@@ -183,6 +183,11 @@ def reward_model_from(lm):
     rm = AutoModelForSequenceClassification.from_config(cfg)
     prefix = rm.base_model_prefix
     getattr(rm, prefix).load_state_dict(getattr(lm, prefix).state_dict())
+    import torch
+
+    with torch.no_grad():  # it starts indifferent: every reply scores 0, the Bradley-Terry loss log 2
+        for p in rm.score.parameters():
+            p.zero_()
     return rm
 
 
@@ -211,7 +216,7 @@ def bradley_terry_losses(r_chosen, r_rejected):
 class RewardModelRecipe(DPORecipe):
     """ARGS's reward model, trained on the PRM's own pairs (the same personalised prompts, chosen and
     rejected replies, order and steps) by the Bradley-Terry loss, from the same starting point plus
-    a fresh scalar head. No reference model."""
+    a fresh scalar head (zero at the start: the loss starts at log 2). No reference model."""
 
     def __init__(self, pairs, tokenizer_files: dict[str, bytes], trainable_layers: int = 0):
         super().__init__(pairs, tokenizer_files, trainable_layers=trainable_layers)
