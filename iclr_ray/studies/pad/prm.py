@@ -232,19 +232,19 @@ class RewardModelRecipe(DPORecipe):
     def step_batches(self, step: int, cfg: TrainConfig) -> list[tuple[dict[str, Any], int]]:
         out = []
         for idx in self._micro_batches(step, cfg):
-            b = collate_pairs([self.pairs[i] for i in idx], self.pad_id)
-            b["pairs"] = len(idx)
-            out.append((b, int(b["attention_mask"].sum())))
+            b = collate_pairs([self.pairs[i] for i in idx], self.pad_id)  # chosen rows, then rejected ones
+            out.append(({"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]},
+                        int(b["attention_mask"].sum())))
         return out
 
     def loss(self, engine, batch: dict[str, Any]):
         r = sequence_rewards(engine.module if hasattr(engine, "module") else engine, batch["input_ids"],
                              batch["attention_mask"])
-        n = batch["pairs"]
+        n = len(r) // 2
         return bradley_terry_losses(r[:n], r[n:]).sum()
 
     def units(self, batch: dict[str, Any]) -> int:
-        return batch["pairs"]
+        return len(batch["input_ids"]) // 2
 
 
 def reward_accuracy(rm, pairs: Sequence[Pair], pad_id: int, chunk: int = 16) -> float:
