@@ -218,3 +218,34 @@ def test_the_other_base_prompt_is_reported_as_a_variant():
     rows = {(r["preference"], r["method"]): r for r in analysis.alignment_table(m)}
     assert rows[("excited", "pad_variant")]["label"] == "PAD, base reads the preference (official)"
     assert "prompting and this measures" not in _by_id(analysis.claims(m, None))["beats_prompting_simple"].note
+
+
+def with_args(m, reply, rng_seed=5):
+    """ARGS's replies in every real run (``reply(preference, rng)``), its reward models in training,
+    its weight and its sweep on the dev queries."""
+    rng = np.random.default_rng(rng_seed)
+    n = len(m["queries"])
+    for r in analysis.prm_runs(m, "real"):
+        r["args"] = {p: {**_rec([reply(p, rng) for _ in range(n)]), "nll": (1.2 + rng.normal(0, 0.1, n)).tolist()}
+                     for p in TRAINED}
+    m["training"] += [{"label": f"seed{s}-rm", "seed": s, "kind": "rm", "steps": 2, "seconds": 3.0, "model": "/x/rm",
+                       "accuracy": 0.8, "curve": [{"step": 1, "loss": 0.69}, {"step": 2, "loss": 0.4}]}
+                      for s in m["seeds"]]
+    m["dev"]["args_sweep"] = {p: {"0.0": list(m["base"]["base"]["texts"]), "2.0": [reply(p, rng) for _ in range(n)]}
+                              for p in TRAINED}
+    m["settings"].update(args_w=2.0, args_w_chosen="dev")
+    return m
+
+
+def test_beats_args_holds_over_a_weaker_baseline_and_not_over_one_as_good():
+    """PAD above an ARGS that leaves the base's replies: holds; the negative control, an ARGS whose
+    replies carry the style as well as PAD's: not true (the sequence reward model did as much)."""
+    c = _by_id(analysis.claims(with_args(fake_metrics(), lambda p, r: _base_reply(r)), None))
+    for d in TRAINED:
+        assert c[f"beats_args_{d}"].holds is True and c[f"beats_args_{d}"].source == "paper-read", d
+    c = _by_id(analysis.claims(with_args(fake_metrics(), _styled), None))
+    for d in TRAINED:
+        assert c[f"beats_args_{d}"].holds is not True, d
+    assert "beats_args_simple" not in _by_id(analysis.claims(fake_metrics(), None))  # a run without ARGS
+    text = analysis.report_md(with_args(fake_metrics(), _styled), None)
+    assert "ARGS (sequence reward model)" in text and "ARGS against w" in text and "80% (seed0-rm)" in text

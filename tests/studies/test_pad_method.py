@@ -145,3 +145,82 @@ def test_the_margin_gate_skips_the_prm_where_the_base_is_sure(tok, models):
     assert 1 <= some.prm_calls <= 10
     with pytest.raises(ValueError, match="k must be at least 1"):
         decoding.PADStrategy(prm, personal, k=0)
+
+
+# ----------------------------------------------------------------------------- ARGS
+
+
+@pytest.fixture(scope="module")
+def reward_model(tok, models):
+    from iclr_ray.studies.pad.prm import reward_model_from
+
+    torch.manual_seed(3)
+    rm = reward_model_from(models[1]).eval()
+    torch.nn.init.normal_(rm.score.weight, std=1.0)  # a head that tells candidates apart
+    return rm
+
+
+def full_rewards(rm, prefix: list[int], candidates: list[int]) -> list[float]:
+    """R of prefix + each candidate, each sequence run whole (no cache)."""
+    from iclr_ray.studies.pad.prm import sequence_rewards
+
+    rows = torch.tensor([prefix + [c] for c in candidates])
+    with torch.no_grad():
+        return sequence_rewards(rm, rows, torch.ones_like(rows)).tolist()
+
+
+def test_reward_model_copies_the_lm_and_reads_the_last_real_token(tok, models, reward_model):
+    from iclr_ray.studies.pad.prm import sequence_rewards, trunk
+
+    body, _ = trunk(reward_model)
+    lm_body = models[1].model
+    assert all(torch.equal(a, b) for a, b in zip(body.state_dict().values(), lm_body.state_dict().values()))
+    row = ids(tok, TEXTS[1])
+    padded = torch.tensor([row + [tok.pad_token_id] * 3, row + [0, 0, 0]])
+    mask = torch.tensor([[1] * len(row) + [0] * 3] * 2)
+    with torch.no_grad():
+        r = sequence_rewards(reward_model, padded, mask)
+    assert torch.allclose(r, torch.tensor(full_rewards(reward_model, row[:-1], [row[-1]]) * 2), atol=1e-5)
+
+
+def test_args_scores_candidates_over_a_cache_as_whole_sequences_would(tok, models, reward_model):
+    base, _ = models
+    prompts = [ids(tok, TEXTS[1]), ids(tok, TEXTS[0])]  # different lengths: left padding
+    rm_prompts = [ids(tok, TEXTS[3] + " " + TEXTS[1]), ids(tok, TEXTS[2])]
+    s = decoding.ARGSStrategy(reward_model, rm_prompts, k=4, w=3.0, pad_id=tok.pad_token_id)
+    chosen = greedy(base, tok, prompts, n=5, strategy=s)
+    assert len(s.rewards) == 5
+    # at step 3 each row's candidates were scored after its prompt and the 2 tokens chosen before
+    top = torch.stack([torch.tensor(r) for r in s.rewards])  # [steps, B, k]
+    with torch.no_grad():
+        for row in range(2):
+            prefix = rm_prompts[row] + [c[row] for c in chosen[:2]]
+            cached = top[2, row].tolist()
+            cands = _step_candidates(base, tok, prompts, chosen, row, 2, 4)
+            assert cached == pytest.approx(full_rewards(reward_model, prefix, cands), abs=1e-4)
+
+
+def _step_candidates(base, tok, prompts, chosen, row, step, k):
+    """The base model's top-k next tokens for ``row`` at ``step`` (after the tokens chosen before)."""
+    seq = torch.tensor([prompts[row] + [c[row] for c in chosen[:step]]])
+    with torch.no_grad():
+        return base(input_ids=seq).logits[0, -1].topk(k).indices.tolist()
+
+
+def test_args_w0_and_k1_are_the_base_greedy_output_and_a_large_w_follows_the_reward(tok, models, reward_model):
+    base, _ = models
+    prompts = [ids(tok, TEXTS[1]), ids(tok, TEXTS[2])]
+    rm_prompts = [ids(tok, TEXTS[3] + " " + TEXTS[1]), ids(tok, TEXTS[0] + " " + TEXTS[2])]
+    plain = greedy(base, tok, prompts)
+    pad = tok.pad_token_id
+    assert greedy(base, tok, prompts, strategy=decoding.ARGSStrategy(reward_model, rm_prompts, k=10, w=0.0,
+                                                                      pad_id=pad)) == plain
+    assert greedy(base, tok, prompts, strategy=decoding.ARGSStrategy(reward_model, rm_prompts, k=1, w=1e4,
+                                                                      pad_id=pad)) == plain
+    led = decoding.ARGSStrategy(reward_model, rm_prompts, k=10, w=1e4, pad_id=pad)
+    steps = greedy(base, tok, prompts, n=6, strategy=led)
+    assert steps != plain[:6]
+    for t, r in enumerate(led.rewards):  # with a huge w the choice is the reward's argmax among the top k
+        for row in range(2):
+            cands = _step_candidates(base, tok, prompts, steps, row, t, 10)
+            assert steps[t][row] == cands[int(r[row].argmax())]

@@ -73,3 +73,23 @@ def test_dpo_starts_at_log_2_and_learns_the_named_preference(tok, tmp_path):
     with torch.no_grad():
         lp = sequence_logps(start(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits, b["labels"])
     assert ref[:2, 0].tolist() == pytest.approx(lp[:2].tolist(), abs=1e-4)
+
+
+def test_reward_model_learns_the_preference_by_bradley_terry(tok, tmp_path):
+    """ARGS's reward model: the Bradley-Terry loss starts at log 2 (a zero-initialised head scores both
+    replies alike) and training ranks chosen above rejected on the pairs."""
+    import numpy as np
+
+    from iclr_ray.studies.pad.prm import RewardModelRecipe, reward_accuracy
+
+    ps = pairs(tok)
+    r = RewardModelRecipe(ps, files(tok, tmp_path))
+    r.setup()
+    tc = TrainConfig(model="tiny-llama", micro_batch_size=8, num_workers=1, max_steps=30, lr=3e-3, grad_clip=1.0,
+                     zero_stage=0, schedule="constant", seed=0)
+    model = r.build_model(tc)
+    torch.nn.init.zeros_(model.score.weight)
+    r.build_model = lambda cfg: model
+    losses = reference_losses(r, tc)
+    assert abs(losses[0] - math.log(2)) < 1e-4 and np.mean(losses[-5:]) < 0.5 * math.log(2)
+    assert reward_accuracy(model.eval(), ps, r.pad_id) >= 0.9

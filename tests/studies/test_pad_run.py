@@ -61,8 +61,10 @@ def test_smoke_study_reports_every_claim_and_figure(smoke_run):
     result = json.loads((smoke_run / "result.json").read_text())
     m = result["metrics"]
     assert {r["kind"] for r in m["prms"]} == {"real", "shuffled"} and m["pairs"]["n"] > 0
-    for t in m["training"]:
-        assert t["curve"] and abs(t["curve"][0]["loss"] - 0.6931) < 1e-3  # DPO starts at log 2
+    for t in m["training"]:  # DPO starts at log 2, and so does ARGS's reward model (its head starts at zero)
+        assert t["curve"] and abs(t["curve"][0]["loss"] - 0.6931) < 1e-3
+    rms = [t for t in m["training"] if t["kind"] == "rm"]
+    assert len(rms) == 1 and 0.0 <= rms[0]["accuracy"] <= 1.0
     real = next(r for r in m["prms"] if r["kind"] == "real")
     assert set(real["pad"]) == {"simple", "excited", "personal", "excited+personal"}
     assert all(len(r["texts"]) == len(m["queries"]) for r in real["pad"].values())
@@ -70,9 +72,15 @@ def test_smoke_study_reports_every_claim_and_figure(smoke_run):
     assert all(len(r["nll"]) == len(m["queries"]) for r in real["pad"].values())
     assert len(m["base"]["base"]["nll"]) == len(m["queries"]) and set(real["prm_direct"]) == {"simple", "excited",
                                                                                                 "personal"}
+    # ARGS beside PAD on the trained preferences, its weight chosen on the dev queries as PAD's
+    assert set(real["args"]) == {"simple", "excited", "personal"}
+    assert all(len(r["texts"]) == len(m["queries"]) and len(r["nll"]) == len(m["queries"]) for r in real["args"].values())
+    assert m["settings"]["args_w_chosen"] == "dev" and m["settings"]["args_w"] in (0.0, 1.0)
+    assert set(m["dev"]["args_sweep"]) == {"simple", "excited", "personal"}
     ids = {c["id"] for c in result["claims"]}
     assert {"beats_base_simple", "beats_prompting_personal", "unseen_excited_personal", "needs_learned_preference",
-            "personalised", "beats_best_of_n", "gate_speeds_up", "beats_prm_direct_personal"} <= ids
+            "personalised", "beats_best_of_n", "gate_speeds_up", "beats_prm_direct_personal",
+            "beats_args_personal"} <= ids
     # the random tiny model's replies often decode to nothing (no NLL): the guard is claimed where they do not
     spoken = any(b and p for b, p in zip(m["base"]["base"]["texts"], real["pad"]["simple"]["texts"]))
     assert ("fluency_kept_simple" in ids) == spoken

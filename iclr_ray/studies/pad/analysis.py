@@ -127,11 +127,11 @@ def identity_share(metrics: dict[str, Any], key: str) -> float:
     return same / n if n else math.nan
 
 
-def sweep_curve(metrics: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
+def sweep_curve(metrics: dict[str, Any], key: str = "sweep") -> dict[str, list[tuple[float, float]]]:
     """Per preference, (w, mean rule alignment over the sweep's queries: the dev queries) on the
-    first seed's PRM."""
+    first seed's PRM (``key`` "args_sweep": ARGS on the first seed's reward model)."""
     return {name: sorted((float(w), float(np.nanmean(rule_scores(t, name)))) for w, t in sweep.items() if w != "k1")
-            for name, sweep in (metrics.get("dev") or {}).get("sweep", {}).items()}
+            for name, sweep in (metrics.get("dev") or {}).get(key, {}).items()}
 
 
 def _finite(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -168,6 +168,15 @@ def claims(metrics: dict[str, Any], cfg) -> list[Claim]:
                 paired_difference(pad, direct), 0.0,
                 note="at w = 1 the base's logits cancel over the top k, and PAD is the PRM's greedy choice among "
                      "the base's top k", source="ours"))
+        args = method_scores(metrics, "args", d)
+        if np.isfinite(args).any():
+            out.append(Claim.above(
+                f"beats_args_{d}", f"PAD raises the alignment to '{d}' over ARGS (the base's top k re-scored by a "
+                                   f"sequence reward model trained on the same pairs, w = "
+                                   f"{metrics['settings'].get('args_w', float('nan')):g}) ('beats' read as > 0)",
+                paired_difference(pad, args), 0.0,
+                note="the paper's reward-guided decoding baseline (ARGS, which PAD builds on); each weight chosen on "
+                     "the dev queries", source="paper-read"))
         nll = method_nll(metrics, "pad", d)
         if np.isfinite(nll).any():
             out.append(Claim.at_most(
@@ -224,7 +233,7 @@ def _ci(e: Estimate) -> str:
 
 
 METHODS = (("base", "base decoding"), ("prompting", "preference prompting"), ("bon", "Best-of-N"),
-           ("prm_direct", "the PRM decoded alone"), ("pad", "PAD"), ("pad_variant", "PAD, {other}"),
+           ("prm_direct", "the PRM decoded alone"), ("args", "ARGS (sequence reward model)"), ("pad", "PAD"), ("pad_variant", "PAD, {other}"),
            ("gated", "PAD, gated"), ("pad_shuffled", "PAD, shuffled-label PRM"))
 
 BASE_READS = {"preference": "base reads the preference (official)", "plain": "base reads the plain query"}
@@ -249,7 +258,7 @@ def alignment_table(metrics: dict[str, Any]) -> list[dict[str, Any]]:
                 x = method_scores(metrics, key, name)
             if np.isfinite(x).any():
                 nll = method_nll(metrics, key, name) if key in ("base", "prompting", "pad", "prm_direct",
-                                                                "pad_variant") else None
+                                                                "pad_variant", "args") else None
                 mine = base_reads(metrics)
                 label = label.format(other=BASE_READS["plain" if mine == "preference" else "preference"])
                 if key == "pad":
@@ -270,6 +279,14 @@ def report_md(metrics: dict[str, Any], cfg) -> str:
                       fmt(t["curve"][-1]["loss"], ".3f") if t["curve"] else "-", fmt(t["seconds"], ".0f"),
                       f"`{t.get('model', '-')}`"]
                      for t in metrics["training"]]), ""]
+    rms = [t for t in metrics["training"] if t["kind"] == "rm"]
+    if rms:
+        parts += ["`seedN-rm`: ARGS's reward model (Bradley-Terry on the same pairs, loss from log 2); it ranks the "
+                  "chosen reply of a training pair first in "
+                  + ", ".join(f"{fmt(100 * t['accuracy'], '.0f')}% ({t['label']})" for t in rms if "accuracy" in t)
+                  + f" of the pairs. ARGS decodes at w = {fmt(s.get('args_w') or float('nan'), 'g')} "
+                  f"({'chosen on the dev queries' if s.get('args_w_chosen') == 'dev' else 'fixed by the config'}).",
+                  ""]
     parts += [f"## Alignment on {len(metrics['queries'])} held-out queries (rule score, mean and 95% interval "
               f"over queries; PAD k = {s['k']}, w = {s['w']:g}, greedy, {s['max_tokens']} tokens; PAD's base model "
               f"reads {'the personalised prompt' if base_reads(metrics) == 'preference' else 'the plain query'})",
@@ -297,6 +314,11 @@ def report_md(metrics: dict[str, Any], cfg) -> str:
                   f"{'chosen there' if s.get('w_chosen') == 'dev' else 'fixed by the config'})", "",
                   table(["preference", *[fmt(w, "g") for w, _ in next(iter(curve.values()))]],
                         [[name, *[fmt(v, ".3f") for _, v in pts]] for name, pts in curve.items()]), ""]
+    args_curve = sweep_curve(metrics, "args_sweep")
+    if args_curve:
+        parts += [f"ARGS against w (first seed's reward model, the same queries; w = {fmt(s.get('args_w'), 'g')}):", "",
+                  table(["preference", *[fmt(w, "g") for w, _ in next(iter(args_curve.values()))]],
+                        [[name, *[fmt(v, ".3f") for _, v in pts]] for name, pts in args_curve.items()]), ""]
     ex = metrics["pairs"]["examples"][:2]
     if ex:
         parts += ["## Example pairs", ""]

@@ -80,6 +80,13 @@ class Decode(Section):
     """PAD's weight for the claims; None: the weight of ``w_grid`` with the best mean alignment on the
     dev queries (first seed's PRM; ties: the smaller), as the official code tunes it; a number fixes
     it (the official HelpSteer2 configs: 1.0)"""
+    args: bool = True
+    """decode ARGS as a baseline (the reward-guided decoding PAD builds on): a sequence reward model per
+    PRM seed, trained by Bradley-Terry on the PRM's own pairs from the same starting point, scores
+    each of the base's top k continuations; needs trained PRMs (not ``models.prm``)"""
+    args_w: Optional[float] = Field(None, ge=0)
+    """ARGS's weight; None: chosen from ``w_grid`` on the dev queries as PAD's is (first seed's reward
+    model); ARGS's own paper uses 1.5"""
     w_grid: list[float] = [0.0, 0.5, 1.0, 2.0]
     """weights swept on the first seed's PRM (the figure of alignment against w; w's choice)"""
     margin: float = Field(2.0, gt=0)
@@ -138,6 +145,11 @@ class Config(StudyConfig, TaskResources):  # its task resources: every task that
         for name in self.decode.preferences:
             if "+" in name:
                 raise ValueError(f"decode.preferences: {name!r} is a combination; combinations go in decode.unseen")
+        if self.decode.args and self.models.prm is not None:
+            raise ValueError("decode.args: ARGS trains its reward model on the PRM's pairs; with models.prm given "
+                             "there are none (set decode.args false)")
+        if self.decode.args and self.decode.args_w is None and self.data.dev_queries == 0:
+            raise ValueError("decode.args_w: give a weight when data.dev_queries is 0 (no dev queries to choose it on)")
         if self.decode.w is None and self.data.dev_queries == 0:
             raise ValueError("decode.w: give a weight when data.dev_queries is 0 (no dev queries to choose it on)")
         return self
@@ -159,6 +171,7 @@ PRESETS = {
         "prm": {"seeds": 1, "epochs": 1, "batch": 64, "lr": 5e-7, "beta": 0.1, "num_workers": 8,
                 "gpus_per_worker": 1},
         "decode": {"max_tokens": 128, "w_grid": [0.0, 0.1, 0.2, 0.5, 0.6, 0.8, 1.0, 1.2, 1.5], "k": 10, "w": 1.0,
+                   "args": False,  # the released PRM comes without its pairs: no reward model to train
                    "preferences": ["helpful", "harmless", "humor"], "unseen": ["helpful+harmless"],
                    "preference_texts": {"helpful": "Be helpful: give a useful, informative and complete answer.",
                                         "harmless": "Be harmless: avoid anything unsafe, offensive or unethical.",

@@ -109,3 +109,73 @@ class PADStrategy(Strategy):
         self.mask = torch.cat([self.mask, torch.ones((len(params), 1), dtype=self.mask.dtype, device=self.device)],
                               dim=1)
         return choice
+
+
+class ARGSStrategy(Strategy):
+    """ARGS (Khanov et al., ICLR 2024), the reward-guided decoding PAD builds on, as a baseline: over
+    the base model's top k next tokens a, score(a) = l_base(a) + w * R([x_p, y<t, a]) with R a
+    sequence reward model reading the personalised prompt x_p and the reply so far plus a; greedy
+    (or sampled from softmax(score / T)) over the k. The reward model keeps a KV cache of its prompt
+    and the chosen tokens; the k candidates of a step are scored in one forward pass over a copy of
+    that cache repeated k times per row, so a step costs the reward model k new tokens, not k whole
+    sequences. w = 0 and k = 1 give the base model's greedy output exactly."""
+
+    name = "args"
+
+    def __init__(self, rm, rm_prompts: Sequence[Sequence[int]], k: int = 10, w: float = 1.0, pad_id: int = 0):
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        from .prm import trunk
+
+        self.rm, self.k, self.w = rm, k, w
+        self.body, self.head = trunk(rm)
+        self.device = next(rm.parameters()).device
+        width = max(len(p) for p in rm_prompts)
+        self.pending = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in rm_prompts], device=self.device)
+        self.mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in rm_prompts], device=self.device)
+        self.past = None
+        self.steps = 0
+        self.rewards: list[torch.Tensor] = []
+        """per step: R of every row's top-k candidates (diagnostics)"""
+
+    def _positions(self, n: int) -> torch.Tensor:
+        return (self.mask.cumsum(-1) - 1).clamp(min=0)[:, -n:]
+
+    @torch.no_grad()
+    def candidate_rewards(self, candidates: torch.Tensor) -> torch.Tensor:
+        """R of each row's prompt and tokens so far followed by each of its candidates [B, k] -> [B, k]:
+        the pending tokens go into the cache first, then the candidates against k copies of it."""
+        import copy
+
+        out = self.body(input_ids=self.pending, attention_mask=self.mask, position_ids=self._positions(
+            self.pending.shape[1]), use_cache=True, **({"past_key_values": self.past} if self.past is not None else {}))
+        self.past = out.past_key_values
+        self.pending = self.pending[:, :0]
+        b, k = candidates.shape
+        branch = copy.deepcopy(self.past)
+        branch.batch_repeat_interleave(k)
+        mask = torch.cat([self.mask, torch.ones((b, 1), dtype=self.mask.dtype, device=self.device)], 1)
+        pos = (mask.cumsum(-1) - 1)[:, -1:]
+        h = self.body(input_ids=candidates.reshape(b * k, 1).to(self.device),
+                      attention_mask=mask.repeat_interleave(k, 0), position_ids=pos.repeat_interleave(k, 0),
+                      past_key_values=branch, use_cache=True).last_hidden_state[:, -1]
+        return self.head(h).reshape(b, k).float().cpu()
+
+    def next_tokens(self, logits: torch.Tensor, params: Sequence[SamplingParams],
+                    generators: Sequence[torch.Generator]) -> torch.Tensor:
+        self.steps += 1
+        top = logits.float().topk(min(self.k, logits.shape[-1]), dim=-1)
+        reward = self.candidate_rewards(top.indices)
+        self.rewards.append(reward)
+        scores = top.values + self.w * reward
+        choice = torch.empty(len(params), dtype=torch.long)
+        for i, p in enumerate(params):
+            if p.temperature == 0:
+                choice[i] = top.indices[i, int(scores[i].argmax())]
+            else:
+                j = torch.multinomial(torch.softmax(scores[i] / p.temperature, -1), 1, generator=generators[i])
+                choice[i] = top.indices[i, int(j)]
+        self.pending = torch.cat([self.pending, choice.view(-1, 1).to(self.device)], dim=1)
+        self.mask = torch.cat([self.mask, torch.ones((len(params), 1), dtype=self.mask.dtype, device=self.device)],
+                              dim=1)
+        return choice

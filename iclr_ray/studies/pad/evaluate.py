@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 
 from ...serve.decoding import SamplingParams, generate
-from .decoding import PADStrategy
+from .decoding import ARGSStrategy, PADStrategy
 from .prm import Pair, response_logps
 
 
@@ -71,14 +71,16 @@ class Decoded:
 def decode_queries(base, tokenizer, queries: Sequence[str], max_tokens: int, *, pref_text: str | None = None,
                    prm=None, prm_pref_text: str | None = None, k: int = 10, w: float = 1.0,
                    margin: float | None = None, temperature: float = 0.0, seed: int = 0,
-                   one_at_a_time: bool = False) -> Decoded:
+                   one_at_a_time: bool = False, rm=None, rm_pref_text: str | None = None) -> Decoded:
     """Every query decoded in one batch (``one_at_a_time``: each alone, as a served request is):
     by the base model on the plain (or, with ``pref_text``, the personalised) prompt, or, with
-    ``prm``, by PAD with the PRM on the prompt personalised by ``prm_pref_text``."""
+    ``prm``, by PAD with the PRM on the prompt personalised by ``prm_pref_text``, or, with ``rm``
+    (a sequence reward model), by ARGS with the reward model on the prompt personalised by
+    ``rm_pref_text``."""
     if one_at_a_time:
         parts = [decode_queries(base, tokenizer, [q], max_tokens, pref_text=pref_text, prm=prm,
                                 prm_pref_text=prm_pref_text, k=k, w=w, margin=margin, temperature=temperature,
-                                seed=seed + i) for i, q in enumerate(queries)]
+                                seed=seed + i, rm=rm, rm_pref_text=rm_pref_text) for i, q in enumerate(queries)]
         return Decoded([t for p in parts for t in p.texts], sum(p.tokens for p in parts),
                        sum(p.seconds for p in parts), sum(p.prm_calls for p in parts), sum(p.steps for p in parts))
     prompts = [chat_ids(tokenizer, personalised(q, pref_text)) for q in queries]
@@ -88,11 +90,15 @@ def decode_queries(base, tokenizer, queries: Sequence[str], max_tokens: int, *, 
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         strategy = PADStrategy(prm, [chat_ids(tokenizer, personalised(q, prm_pref_text)) for q in queries], k=k, w=w,
                                margin=margin, pad_id=pad)
+    elif rm is not None:
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        strategy = ARGSStrategy(rm, [chat_ids(tokenizer, personalised(q, rm_pref_text)) for q in queries], k=k, w=w,
+                                pad_id=pad)
     t0 = time.perf_counter()
     out = generate(base, tokenizer, prompts, params, strategy)
     seconds = time.perf_counter() - t0
     return Decoded([t for t, _, _ in out], sum(n for _, _, n in out), seconds,
-                   strategy.prm_calls if strategy else 0, strategy.steps if strategy else 0)
+                   getattr(strategy, "prm_calls", 0), strategy.steps if strategy else 0)
 
 
 @torch.no_grad()

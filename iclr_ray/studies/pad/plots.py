@@ -66,7 +66,8 @@ def prm_training(metrics: dict[str, Any]):
         ax.plot([p["step"] for p in t["curve"]], [p["loss"] for p in t["curve"]],
                 ls="-" if t["kind"] == "real" else "--", marker=".", label=t["label"])
     ax.axhline(math.log(2), color="grey", ls=":", label="log 2 (the policy is its reference)")
-    ax.set(xlabel="optimiser step", ylabel="DPO loss per pair", title="PRM training (Ray Train + DeepSpeed)")
+    ax.set(xlabel="optimiser step", ylabel="loss per pair (DPO; Bradley-Terry for -rm)",
+           title="PRM and ARGS reward-model training (Ray Train + DeepSpeed)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()

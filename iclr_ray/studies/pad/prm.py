@@ -164,3 +164,99 @@ class DPORecipe(Recipe):
 
     def seq_len(self) -> int:
         return max((len(p.prompt) + max(len(p.chosen), len(p.rejected)) for p in self.pairs), default=0)
+
+
+# ----------------------------------------------------------------------------- ARGS's reward model
+
+
+def reward_model_from(lm):
+    """A sequence reward model built on a causal LM: the same transformer (its weights copied) with a
+    scalar head on the last real token's hidden state (transformers' ``...ForSequenceClassification``
+    of the LM's own architecture, one label). ARGS (Khanov et al., 2024), the method PAD builds on,
+    guides decoding with such a model's score of every candidate continuation."""
+    from transformers import AutoModelForSequenceClassification
+
+    cfg = lm.config.__class__.from_dict(lm.config.to_dict())
+    cfg.num_labels = 1
+    if cfg.pad_token_id is None:
+        cfg.pad_token_id = cfg.eos_token_id if isinstance(cfg.eos_token_id, int) else 0
+    rm = AutoModelForSequenceClassification.from_config(cfg)
+    prefix = rm.base_model_prefix
+    getattr(rm, prefix).load_state_dict(getattr(lm, prefix).state_dict())
+    import torch
+
+    with torch.no_grad():  # it starts indifferent: every reply scores 0, the Bradley-Terry loss log 2
+        for p in rm.score.parameters():
+            p.zero_()
+    return rm
+
+
+def trunk(rm):
+    """The reward model's transformer (hidden states out) and its scalar head."""
+    return getattr(rm, rm.base_model_prefix), rm.score
+
+
+def sequence_rewards(rm, input_ids, attention_mask):
+    """The reward of every right-padded row, read at its last real token, [N] (float32)."""
+    import torch
+
+    body, head = trunk(rm)
+    hidden = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    last = attention_mask.sum(1) - 1
+    return head(hidden[torch.arange(len(last), device=hidden.device), last]).squeeze(-1).float()
+
+
+def bradley_terry_losses(r_chosen, r_rejected):
+    """-log sigmoid(r(x, y_w) - r(x, y_l)) per pair: the reward model's preference loss."""
+    import torch.nn.functional as F
+
+    return -F.logsigmoid(r_chosen - r_rejected)
+
+
+class RewardModelRecipe(DPORecipe):
+    """ARGS's reward model, trained on the PRM's own pairs (the same personalised prompts, chosen and
+    rejected replies, order and steps) by the Bradley-Terry loss, from the same starting point plus
+    a fresh scalar head (zero at the start: the loss starts at log 2). No reference model."""
+
+    def __init__(self, pairs, tokenizer_files: dict[str, bytes], trainable_layers: int = 0):
+        super().__init__(pairs, tokenizer_files, trainable_layers=trainable_layers)
+
+    def build_model(self, cfg: TrainConfig):
+        rm = reward_model_from(build_causal_lm(cfg, self.tokenizer))
+        freeze_below(rm, self.trainable_layers)
+        if self.trainable_layers > 0:
+            for p in rm.score.parameters():
+                p.requires_grad = True
+        return rm
+
+    def step_batches(self, step: int, cfg: TrainConfig) -> list[tuple[dict[str, Any], int]]:
+        out = []
+        for idx in self._micro_batches(step, cfg):
+            b = collate_pairs([self.pairs[i] for i in idx], self.pad_id)  # chosen rows, then rejected ones
+            out.append(({"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]},
+                        int(b["attention_mask"].sum())))
+        return out
+
+    def loss(self, engine, batch: dict[str, Any]):
+        r = sequence_rewards(engine.module if hasattr(engine, "module") else engine, batch["input_ids"],
+                             batch["attention_mask"])
+        n = len(r) // 2
+        return bradley_terry_losses(r[:n], r[n:]).sum()
+
+    def units(self, batch: dict[str, Any]) -> int:
+        return len(batch["input_ids"]) // 2
+
+
+def reward_accuracy(rm, pairs: Sequence[Pair], pad_id: int, chunk: int = 16) -> float:
+    """The share of pairs whose chosen reply the reward model scores above the rejected one."""
+    import torch
+
+    device = next(rm.parameters()).device
+    right = 0
+    with torch.no_grad():
+        for lo in range(0, len(pairs), chunk):
+            part = pairs[lo:lo + chunk]
+            b = collate_pairs(part, pad_id)
+            r = sequence_rewards(rm, b["input_ids"].to(device), b["attention_mask"].to(device))
+            right += int((r[:len(part)] > r[len(part):]).sum())
+    return right / max(1, len(pairs))

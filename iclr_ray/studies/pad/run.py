@@ -157,6 +157,22 @@ def _load_pair(source: str, prm_source: str):
     return base, prm, tok
 
 
+def load_reward_model(source: str):
+    """ARGS's reward model (a sequence-classification folder, a path or a URI) in eval mode on the
+    task's device, as :func:`load` places a causal LM."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from ...llm.model import inference_device
+
+    torch.set_num_threads(1)
+    rm = AutoModelForSequenceClassification.from_pretrained(storage.readable(source))
+    device = inference_device()
+    if device.type != "cpu":
+        rm = rm.to(device=device, dtype=torch.bfloat16)
+    return rm.eval()
+
+
 def base_prompt(dec: dict[str, Any], pref_text: str) -> str | None:
     """The preference text PAD's base model reads before the query (``decode.base_reads``): the
     PRM's own under the official setup, none for the plain query."""
@@ -164,18 +180,21 @@ def base_prompt(dec: dict[str, Any], pref_text: str) -> str | None:
 
 
 def prm_task(source: str, prm_source: str, queries: list[str], prefs: dict[str, str], dec: dict[str, Any],
-             candidates: list[list[str]] | None, timed: list[str]) -> dict[str, Any]:
+             candidates: list[list[str]] | None, timed: list[str], rm_source: str | None = None) -> dict[str, Any]:
     """What one PRM decides: PAD at w for every preference in ``prefs`` (all queries in one batch)
     with the base model's per-token NLL of its replies (the fluency guard), the PRM decoded on its
     own (greedy on the personalised prompt: the baseline PAD at w = 1 nearly is, restricted to the
     base's top k), Best-of-N's picks by this PRM's sequence reward (with ``candidates``), and for
     the preferences in ``timed`` base, PAD and gated PAD decoding each query alone (a served
-    request), timed in this process."""
+    request), timed in this process; and with ``rm_source`` (the same seed's reward model), ARGS at
+    ``args_w`` on the preferences in ``timed``."""
     from .evaluate import best_of_n, decode_queries, reply_nll, sequence_reward
 
     base, prm, tok = _load_pair(source, prm_source)
     m, k, w = dec["max_tokens"], dec["k"], dec["w"]
-    out: dict[str, Any] = {"pad": {}, "pad_variant": {}, "prm_direct": {}, "bon": {}, "gated": {}, "pad_single": {}}
+    out: dict[str, Any] = {"pad": {}, "pad_variant": {}, "prm_direct": {}, "bon": {}, "gated": {}, "pad_single": {},
+                           "args": {}}
+    rm = load_reward_model(rm_source) if rm_source else None
     if timed:
         out["base_single"] = decode_queries(base, tok, queries, m, one_at_a_time=True).record()
     for name, text in prefs.items():
@@ -189,6 +208,10 @@ def prm_task(source: str, prm_source: str, queries: list[str], prefs: dict[str, 
             out["pad_variant"][name] = decode_queries(base, tok, queries, m, pref_text=base_prompt(other, text),
                                                       prm=prm, prm_pref_text=text, k=k, w=w).record()
             out["pad_variant"][name]["nll"] = reply_nll(base, tok, queries, out["pad_variant"][name]["texts"])
+        if rm is not None and name in timed:
+            out["args"][name] = decode_queries(base, tok, queries, m, pref_text=base_prompt(dec, text), rm=rm,
+                                               rm_pref_text=text, k=k, w=dec["args_w"]).record()
+            out["args"][name]["nll"] = reply_nll(base, tok, queries, out["args"][name]["texts"])
         if candidates is not None:
             rewards = sequence_reward(prm, base, tok, queries, candidates, text)
             out["bon"][name] = {"texts": best_of_n(candidates, rewards), "rewards": rewards}
@@ -201,11 +224,12 @@ def prm_task(source: str, prm_source: str, queries: list[str], prefs: dict[str, 
 
 
 def sweep_task(source: str, prm_source: str, queries: list[str], prefs: dict[str, str],
-               dec: dict[str, Any]) -> dict[str, Any]:
+               dec: dict[str, Any], rm_source: str | None = None) -> dict[str, Any]:
     """The weight sweep on ``queries`` (the dev queries): per preference, the base's greedy replies
     on the prompt PAD's base reads (the w = 0 and k = 1 identities' reference), and PAD at every
     weight of ``w_grid``, with k = 1 for the first: {"base": {preference: replies}, "sweep":
-    {preference: {str(w) or "k1": replies}}}."""
+    {preference: {str(w) or "k1": replies}}}; with ``rm_source``, ARGS at every weight too
+    ("args_sweep", the same shape)."""
     from .evaluate import decode_queries
 
     base, prm, tok = _load_pair(source, prm_source)
@@ -221,7 +245,13 @@ def sweep_task(source: str, prm_source: str, queries: list[str], prefs: dict[str
         if i == 0:
             out[name]["k1"] = decode_queries(base, tok, queries, m, pref_text=bp, prm=prm, prm_pref_text=text, k=1,
                                              w=max(dec["w_grid"])).texts
-    return {"base": greedy, "sweep": out}
+    res: dict[str, Any] = {"base": greedy, "sweep": out}
+    if rm_source:
+        rm = load_reward_model(rm_source)
+        res["args_sweep"] = {name: {str(float(x)): decode_queries(base, tok, queries, m, pref_text=base_prompt(dec, text),
+                                                                  rm=rm, rm_pref_text=text, k=dec["k"], w=x).texts
+                                    for x in dec["w_grid"]} for name, text in prefs.items()}
+    return res
 
 
 def choose_w(sweep: dict[str, dict[str, list[str]]], grid: list[float], score) -> float:
@@ -255,7 +285,7 @@ def prm_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Config, box
     Hugging Face folder. ``box`` holds the object refs of the pairs, the reference
     log-probabilities, the swap mask and the tokenizer files (stored once for every trial)."""
     from ...llm.train import checkpoints, fit_recipe, read_steps
-    from .prm import DPORecipe, swap_labels
+    from .prm import DPORecipe, RewardModelRecipe, swap_labels
 
     spec = config["spec"]
     pairs_ref, ref_ref, swaps_ref, files, source = box
@@ -263,8 +293,11 @@ def prm_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Config, box
     if spec["kind"] == "shuffled":
         pairs, ref = swap_labels(pairs, ref, ray.get(swaps_ref))
     t0 = time.perf_counter()
-    recipe = DPORecipe(ray.put(pairs), files, beta=cfg.prm.beta, ref_logps=ray.put(np.ascontiguousarray(ref)),
-                       trainable_layers=cfg.prm.trainable_layers)
+    if spec["kind"] == "rm":  # ARGS's sequence reward model: Bradley-Terry on the same pairs
+        recipe = RewardModelRecipe(ray.put(pairs), files, trainable_layers=cfg.prm.trainable_layers)
+    else:
+        recipe = DPORecipe(ray.put(pairs), files, beta=cfg.prm.beta, ref_logps=ray.put(np.ascontiguousarray(ref)),
+                           trainable_layers=cfg.prm.trainable_layers)
     tcfg = train_config(cfg, source, spec["seed"], len(pairs))
     result = fit_recipe(tcfg, recipe, trial_dir, "train")
     last = checkpoints(result)[-1][1]
@@ -273,8 +306,16 @@ def prm_trial(config: dict[str, Any], trial_dir: Path | str, *, cfg: Config, box
     storage.delete(storage.join(last, "deepspeed"))
     model = storage.join(last, "model")
     curve = [{"step": s["step"], "loss": s["loss"]} for s in read_steps(trial_dir, "train")]
-    return {"scores": {"loss": result.metrics["loss"]}, "model": model, "curve": curve, "steps": tcfg.max_steps,
-            "seconds": time.perf_counter() - t0}
+    out = {"scores": {"loss": result.metrics["loss"]}, "model": model, "curve": curve, "steps": tcfg.max_steps,
+           "seconds": time.perf_counter() - t0}
+    if spec["kind"] == "rm":  # how often it ranks a training pair's chosen reply first
+        from ...llm.recipe import load_tokenizer
+        from .prm import reward_accuracy
+
+        tok = load_tokenizer(files)
+        out["accuracy"] = reward_accuracy(load_reward_model(model), pairs,
+                                          tok.pad_token_id if tok.pad_token_id is not None else 0)
+    return out
 
 
 # ----------------------------------------------------------------------------- the run
@@ -329,14 +370,19 @@ def train_prms(cfg: Config, ctx: RunContext, source: str) -> tuple[dict[str, Any
     # 3. the PRMs (and their label-shuffled controls)
     seeds = list(range(cfg.seed, cfg.seed + cfg.prm.seeds))
     kinds = ["real", "shuffled"] if cfg.prm.shuffled_control else ["real"]
+    if cfg.decode.args:
+        kinds.append("rm")
     specs = [{"label": f"seed{s}-{k}", "seed": s, "kind": k} for s in seeds for k in kinds]
-    ctx.say("PRM training: %d runs of %d steps from %s ...", len(specs),
+    ctx.say("PRM training: %d runs (PRMs%s%s) of %d steps from %s ...", len(specs),
+            ", label-shuffled controls" if cfg.prm.shuffled_control else "",
+            ", ARGS's reward models" if cfg.decode.args else "",
             train_config(cfg, prm_init, 0, len(pairs)).max_steps, prm_init)
     box = [ray.put(pairs), ray.put(ref), ray.put(swaps), files, prm_init]
     trials = run_grid(prm_trial, specs, storage=ctx.run_dir.storage("tune"), name="prm",
                       max_concurrent_trials=cfg.max_concurrent_trials, cfg=cfg, box=box)
     training = [{**{k: t.spec[k] for k in ("label", "seed", "kind")}, "curve": t.final["curve"],
-                 "steps": t.final["steps"], "seconds": t.final["seconds"], "model": t.final["model"]} for t in trials]
+                 "steps": t.final["steps"], "seconds": t.final["seconds"], "model": t.final["model"],
+                 **({"accuracy": t.final["accuracy"]} if "accuracy" in t.final else {})} for t in trials]
     for t in training:
         ctx.log(kind="prm", label=t["label"], loss=t["curve"][-1]["loss"] if t["curve"] else None)
     summary = {"n": len(pairs), "by_preference": counts, "examples": [vars(p) for p in text_pairs[:6]]}
@@ -395,6 +441,8 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
         prms = [{"label": "given", "seed": cfg.seed, "kind": "real", "model": cfg.models.prm}]
     else:
         summary, training, prms = train_prms(cfg, ctx, source)
+    rm_of = {p["seed"]: p["model"] for p in prms if p["kind"] == "rm"}  # ARGS's reward model per seed
+    prms = [p for p in prms if p["kind"] != "rm"]
 
     # 4. decoding
     names = [*cfg.decode.preferences, *cfg.decode.unseen]
@@ -405,20 +453,27 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
     dev_queries = ctx.inputs.get("dev_queries") or queries
     first = next(i for i, p in enumerate(prms) if p["kind"] == "real")
     # the first real PRM's weight sweep on the dev queries; w chosen there when not fixed
-    sweep_ref = ray.remote(sweep_task).options(**opts).remote(source, prms[first]["model"], dev_queries, trained, dec)
-    how = "fixed"
-    if cfg.decode.w is None:
-        ctx.say("weight sweep on %d dev queries: w in %s ...", len(dev_queries), cfg.decode.w_grid)
+    sweep_ref = ray.remote(sweep_task).options(**opts).remote(source, prms[first]["model"], dev_queries, trained, dec,
+                                                              rm_of.get(prms[first]["seed"]))
+    how = args_how = "fixed"
+    if cfg.decode.w is None or (rm_of and cfg.decode.args_w is None):
+        ctx.say("weight sweep on %d dev queries: w in %s (PAD%s) ...", len(dev_queries), cfg.decode.w_grid,
+                " and ARGS" if rm_of else "")
         from .analysis import rule_scores
 
         dev = ctx.wait_all([sweep_ref], "weight sweep")[0]
-        dec["w"], how = choose_w(dev["sweep"], cfg.decode.w_grid, rule_scores), "dev"
-        ctx.say("w = %g (the best mean alignment on the dev queries)", dec["w"])
+        if cfg.decode.w is None:
+            dec["w"], how = choose_w(dev["sweep"], cfg.decode.w_grid, rule_scores), "dev"
+            ctx.say("w = %g (PAD's best mean alignment on the dev queries)", dec["w"])
+        if rm_of and cfg.decode.args_w is None:
+            dec["args_w"], args_how = choose_w(dev["args_sweep"], cfg.decode.w_grid, rule_scores), "dev"
+            ctx.say("ARGS's w = %g (its best mean alignment on the dev queries)", dec["args_w"])
     base_ref, cands_ref = ray.remote(base_task).options(num_returns=2, **opts).remote(source, queries, prefs, dec)
     # the real PRMs: every preference, Best-of-N, the timed decoders on the trained preferences; the
     # shuffled controls: PAD on the trained preferences (all their claim reads)
     prm_remote = ray.remote(prm_task).options(**opts)
-    prm_refs = [prm_remote.remote(source, p["model"], queries, prefs, dec, cands_ref, list(trained))
+    prm_refs = [prm_remote.remote(source, p["model"], queries, prefs, dec, cands_ref, list(trained),
+                                  rm_of.get(p["seed"]))
                 if p["kind"] == "real" else prm_remote.remote(source, p["model"], queries, trained, dec, None, [])
                 for p in prms]
     ctx.say("decoding: %d held-out queries x %d preferences, base + %d PRMs at w = %g ...", len(queries),
@@ -440,7 +495,9 @@ def run(cfg: Config, ctx: RunContext) -> dict[str, Any]:
             "pairs": summary, "seeds": sorted({p["seed"] for p in prms}), "training": training, "base": base,
             "prms": decoded, "rm_scores": rm_scores,
             "dev": {"queries": dev_queries, "on": "dev" if ctx.inputs.get("dev_queries") else "eval", **dev},
-            "settings": {"k": cfg.decode.k, "w": dec["w"], "w_chosen": how, "base_reads": cfg.decode.base_reads, "margin": cfg.decode.margin,
+            "settings": {"k": cfg.decode.k, "w": dec["w"], "w_chosen": how, "base_reads": cfg.decode.base_reads,
+                         "args_w": dec["args_w"] if rm_of else None, "args_w_chosen": args_how if rm_of else None,
+                         "margin": cfg.decode.margin,
                          "w_grid": cfg.decode.w_grid, "best_of_n": cfg.decode.best_of_n,
                          "max_tokens": cfg.decode.max_tokens}}
 
@@ -467,6 +524,9 @@ def _decoding_flops(cfg: Config, base, prm, kinds: list[str], tokens: int) -> fl
         # prompt's PAD, the PRM alone
         flops += (dec_b + len(names) * (1 + dc.best_of_n) * dec_pad + 3 * len(dc.preferences) * dec_pad
                   + len(dc.preferences) * dec_prm if kind == "real" else len(dc.preferences) * dec_pad)
+    if dc.args and cfg.models.prm is None:  # ARGS: the reward model reads the prefix once and k candidates a step
+        dec_args = 2.0 * (base.params + (1 + dc.k) * prm.params) * tokens
+        flops += (kinds.count("real") + dev * len(dc.w_grid)) * len(dc.preferences) * dec_args
     return flops
 
 
@@ -536,11 +596,15 @@ def plan(cfg: Config) -> list:
         train = lm(init.name, trainable=(lambda net: sum(q.numel() for b in decoder_blocks(net)[-top:]
                                                          for q in b.parameters())) if top else None)
         kinds = [k for _ in range(p.seeds) for k in (["real", "shuffled"] if p.shuffled_control else ["real"])]
-        stages.append(Train("prm", p, p.num_workers, len(kinds), train, train_config(cfg, init.name, 0, n_pairs).max_steps,
+        rms = p.seeds if dc.args else 0  # ARGS's reward models: one Train run per seed, the same pairs and steps
+        stages.append(Train("prm", p, p.num_workers, len(kinds) + rms, train,
+                            train_config(cfg, init.name, 0, n_pairs).max_steps,
                             2 * p.batch, 2 * max(1, p.batch // p.num_workers), seq, zero_stage=2,
                             concurrent=cfg.max_concurrent_trials, epochs=p.epochs,
                             note=f"DPO: a pair is 2 rows (chosen, rejected); {n_pairs} pairs at most "
-                                 f"(train_queries x preferences; the sampled pairs decide), ~{seq} tokens a row"))
+                                 f"(train_queries x preferences; the sampled pairs decide), ~{seq} tokens a row"
+                                 + (f"; {rms} of the runs ARGS's reward models (Bradley-Terry, the same rows)"
+                                    if rms else "")))
         prm = init
     else:
         try:
@@ -551,7 +615,7 @@ def plan(cfg: Config) -> list:
     rows, toks = d.eval_queries, prompt + dc.max_tokens
     stages.append(Tasks("decoding", cfg, 2 + len(kinds), float(held(base, rows, toks, prompt) + held(prm, rows, toks, prompt)),
                         model=base, flops=_decoding_flops(cfg, base, prm, kinds, rows * toks),
-                        note=f"base + {len(kinds)} PRM task(s) + the weight sweep; {rows} queries x {len(names)} "
+                        note=f"base + {len(kinds)} PRM task(s) (ARGS beside PAD where it runs) + the weight sweep; {rows} queries x {len(names)} "
                              f"preferences, {dc.max_tokens} tokens after ~{prompt} of prompt; memory: base and PRM "
                              f"({cfg.models.prm or 'trained here'}, counted as {prm.params / 1e9:.2f} B"
                              f"{': its config is not shipped, the base shape stands in' if cfg.models.prm and prm is base else ''}) "
